@@ -1,0 +1,2 @@
+//! The tooltune binary.
+fn main() {}

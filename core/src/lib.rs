@@ -1,0 +1,480 @@
+//! tooltune's domain types: trajectories, the tools shown in them, and content-addressed description versions.
+//!
+//! This crate does no IO, reads no clock and knows nothing about trace formats, SQL, MCP or language models.
+//! Everything else in the workspace speaks in these types, so they are deliberately plain data with one
+//! validation step ([`Trajectory::validate`]) that every producer (ingest, the evaluator) goes through.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A tool as a model saw it: name, natural-language description and JSON Schema of its input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model uses to call the tool.
+    pub name: String,
+    /// The description the model read. This is the text tooltune optimises.
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the tool's arguments (`{}` when the producer did not record one).
+    #[serde(default = "empty_object")]
+    pub input_schema: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl ToolSpec {
+    /// The stable id of this tool's description version.
+    pub fn description_id(&self) -> DescriptionId {
+        DescriptionId::of(&self.name, &self.description, &self.input_schema)
+    }
+}
+
+/// Content address of one description version: sha256 over the tool name, the description text and the
+/// canonical (key-sorted) JSON of the input schema. Parameter descriptions live in the schema, so changing
+/// one is a new version too; re-serialising the same schema with other key order is not.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DescriptionId(String);
+
+impl DescriptionId {
+    /// Computes the id of a (name, description, schema) triple.
+    pub fn of(name: &str, description: &str, input_schema: &Value) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"tooltune-description-v1\0");
+        h.update(name.as_bytes());
+        h.update(b"\0");
+        h.update(description.as_bytes());
+        h.update(b"\0");
+        h.update(canonical_json(input_schema).as_bytes());
+        DescriptionId(hex::encode(h.finalize()))
+    }
+
+    /// Wraps an id read back from storage. No check is made beyond it being the stored string.
+    pub fn from_stored(s: String) -> Self {
+        DescriptionId(s)
+    }
+
+    /// The full hex id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 hex digits, enough to tell versions apart on a screen.
+    pub fn short(&self) -> &str {
+        &self.0[..self.0.len().min(12)]
+    }
+}
+
+impl fmt::Display for DescriptionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Content address of a whole trajectory; ingesting the same record twice yields the same id, which is how
+/// re-ingesting a file adds nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TrajectoryId(String);
+
+impl TrajectoryId {
+    /// Wraps an id read back from storage.
+    pub fn from_stored(s: String) -> Self {
+        TrajectoryId(s)
+    }
+    /// The full hex id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TrajectoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// JSON with object keys sorted recursively and no insignificant whitespace.
+pub fn canonical_json(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let b: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, sorted(v))).collect();
+                Value::Object(b.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    // Serialising a `Value` cannot fail: all its keys are strings.
+    serde_json::to_string(&sorted(v)).unwrap_or_default()
+}
+
+/// When a step happened and how long it took, as far as the producer recorded it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// RFC 3339 start time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Duration in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+}
+
+impl Timing {
+    fn is_empty(&self) -> bool {
+        self.started_at.is_none() && self.duration_ms.is_none()
+    }
+}
+
+/// Token counts of one model turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub prompt_tokens: u64,
+    /// Generated (output) tokens.
+    pub completion_tokens: u64,
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The producer's call id, used to pair the call with its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The tool named by the call.
+    pub name: String,
+    /// The arguments, as JSON. Producers that log arguments as a string that is not JSON keep it as a string.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+/// One step of a trajectory, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Step {
+    /// A further user message after the task (multi-turn conversations).
+    User {
+        /// The message text.
+        content: String,
+    },
+    /// One model turn: text, tool calls, or both.
+    Model {
+        /// Text the model wrote, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// Tool calls the model made in this turn.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// When the turn happened.
+        #[serde(default, skip_serializing_if = "Timing::is_empty")]
+        timing: Timing,
+        /// Tokens the turn used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+    },
+    /// The result of a tool call, as the server returned it.
+    ToolResult {
+        /// The id of the call this answers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// The tool that produced it.
+        name: String,
+        /// The result content as text.
+        content: String,
+        /// MCP's `isError`: the tool reported failure.
+        #[serde(default)]
+        is_error: bool,
+        /// When the call ran.
+        #[serde(default, skip_serializing_if = "Timing::is_empty")]
+        timing: Timing,
+    },
+}
+
+/// How a trajectory ended, as judged by whoever logged it (or by tooltune's checks).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Score in [0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether the task succeeded. When absent but a score is present, success means score >= 0.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
+    /// Free-text feedback (a grader's comment, a user's complaint, a check's message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+}
+
+impl Outcome {
+    /// The success verdict, derived from the score when not given explicitly.
+    pub fn effective_success(&self) -> Option<bool> {
+        self.success.or(self.score.map(|s| s >= 0.5))
+    }
+}
+
+/// Where a trajectory came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The producer format or component (`tooltune`, `openai`, `langfuse`, `otel`, `evaluator`).
+    #[serde(default)]
+    pub source: String,
+    /// The model that played the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The client/host that ran the agent (self-reported; for logs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The producer's own id for the run (trace id, completion id), for finding it again in the producer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+    /// RFC 3339 time at which the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+}
+
+/// Links to tooltune's own runs, for trajectories that tooltune's evaluator wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Links {
+    /// The optimisation or evaluation run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The candidate (set of descriptions) that was evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_id: Option<String>,
+    /// Which rollout of the (task, candidate) pair this is, when a task is rolled out several times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<u32>,
+}
+
+impl Links {
+    fn is_empty(&self) -> bool {
+        self.run_id.is_none() && self.candidate_id.is_none() && self.rollout.is_none()
+    }
+}
+
+/// One logged agent run: the task, the tools the model was shown, what it did, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trajectory {
+    /// The task (the user's request).
+    pub task: String,
+    /// The system prompt, if the producer recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The tools the model was shown, with the descriptions it read.
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    /// What happened, in order.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// The agent's final answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_answer: Option<String>,
+    /// How it ended.
+    #[serde(default)]
+    pub outcome: Outcome,
+    /// Where it came from.
+    #[serde(default)]
+    pub meta: Meta,
+    /// tooltune run links.
+    #[serde(default, skip_serializing_if = "Links::is_empty")]
+    pub links: Links,
+}
+
+/// Why a trajectory is not acceptable, with the JSON path of the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ValidationError {
+    /// JSON path into the trajectory, e.g. `steps[3].tool_calls[0].name`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ValidationError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ValidationError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Trajectory {
+    /// Checks the invariants every stored trajectory keeps: a task, unique tool names, a score in [0, 1],
+    /// and every tool call naming a tool that was in the tool list (otherwise "selection" is meaningless).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.task.trim().is_empty() {
+            return Err(ValidationError::new("task", "is empty"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in self.tools.iter().enumerate() {
+            if t.name.is_empty() {
+                return Err(ValidationError::new(format!("tools[{i}].name"), "is empty"));
+            }
+            if !seen.insert(t.name.as_str()) {
+                return Err(ValidationError::new(
+                    format!("tools[{i}].name"),
+                    format!("tool `{}` is listed twice", t.name),
+                ));
+            }
+        }
+        if let Some(s) = self.outcome.score
+            && !(0.0..=1.0).contains(&s)
+        {
+            return Err(ValidationError::new(
+                "outcome.score",
+                format!("{s} is outside [0, 1]"),
+            ));
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Model { tool_calls, .. } => {
+                    for (j, c) in tool_calls.iter().enumerate() {
+                        if !seen.contains(c.name.as_str()) {
+                            return Err(ValidationError::new(
+                                format!("steps[{i}].tool_calls[{j}].name"),
+                                format!(
+                                    "calls tool `{}`, which is not in the tool list ({})",
+                                    c.name,
+                                    list_names(&self.tools)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Step::ToolResult { name, .. } => {
+                    if !seen.contains(name.as_str()) {
+                        return Err(ValidationError::new(
+                            format!("steps[{i}].name"),
+                            format!(
+                                "result of tool `{name}`, which is not in the tool list ({})",
+                                list_names(&self.tools)
+                            ),
+                        ));
+                    }
+                }
+                Step::User { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Content address of the whole record (canonical JSON), stable across re-ingests of the same data.
+    pub fn id(&self) -> TrajectoryId {
+        // Serialising plain data with string keys cannot fail.
+        let v = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut h = Sha256::new();
+        h.update(b"tooltune-trajectory-v1\0");
+        h.update(canonical_json(&v).as_bytes());
+        TrajectoryId(hex::encode(h.finalize()))
+    }
+
+    /// All tool calls, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.steps.iter().flat_map(|s| match s {
+            Step::Model { tool_calls, .. } => tool_calls.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// How many times the named tool was called.
+    pub fn calls_of(&self, tool: &str) -> usize {
+        self.tool_calls().filter(|c| c.name == tool).count()
+    }
+
+    /// The tool list entry for a name.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+fn list_names(tools: &[ToolSpec]) -> String {
+    if tools.is_empty() {
+        return "the list is empty".to_string();
+    }
+    tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Trajectory {
+        serde_json::from_value(json!({
+            "task": "Read notes.txt and sum the numbers in it.",
+            "tools": [
+                {"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+                {"name": "calculator", "description": "Evaluate arithmetic.", "input_schema": {}}
+            ],
+            "steps": [
+                {"type": "model", "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+                {"type": "tool_result", "call_id": "c1", "name": "read_file", "content": "Attendees: 4"},
+                {"type": "model", "content": "69504"}
+            ],
+            "final_answer": "69504",
+            "outcome": {"score": 1.0}
+        }))
+        .expect("sample parses")
+    }
+
+    #[test]
+    fn description_id_ignores_key_order_but_not_text() {
+        let a = DescriptionId::of("t", "d", &json!({"a": 1, "b": {"c": 2, "d": 3}}));
+        let b = DescriptionId::of("t", "d", &json!({"b": {"d": 3, "c": 2}, "a": 1}));
+        let c = DescriptionId::of("t", "d2", &json!({"a": 1, "b": {"c": 2, "d": 3}}));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.as_str().len(), 64);
+    }
+
+    #[test]
+    fn validate_accepts_a_good_trajectory_and_derives_success() {
+        let t = sample();
+        t.validate().expect("valid");
+        assert_eq!(t.outcome.effective_success(), Some(true));
+        assert_eq!(t.calls_of("read_file"), 1);
+        assert_eq!(t.calls_of("calculator"), 0);
+    }
+
+    #[test]
+    fn validate_names_the_unknown_tool_and_its_path() {
+        let mut t = sample();
+        if let Step::Model { tool_calls, .. } = &mut t.steps[0] {
+            tool_calls[0].name = "web_search".into();
+        }
+        let e = t.validate().expect_err("unknown tool");
+        assert_eq!(e.path, "steps[0].tool_calls[0].name");
+        assert!(e.message.contains("web_search"), "{e}");
+        assert!(e.message.contains("read_file, calculator"), "{e}");
+    }
+
+    #[test]
+    fn validate_rejects_score_out_of_range_and_duplicate_tools() {
+        let mut t = sample();
+        t.outcome.score = Some(1.5);
+        assert_eq!(t.validate().expect_err("score").path, "outcome.score");
+        let mut t = sample();
+        t.tools.push(t.tools[0].clone());
+        assert_eq!(t.validate().expect_err("dup").path, "tools[2].name");
+    }
+
+    #[test]
+    fn trajectory_id_is_stable_and_content_addressed() {
+        let t = sample();
+        assert_eq!(t.id(), sample().id());
+        let mut u = sample();
+        u.final_answer = Some("69505".into());
+        assert_ne!(t.id(), u.id());
+    }
+}

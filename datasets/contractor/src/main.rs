@@ -1,0 +1,2 @@
+//! The contractor MCP server: being written.
+fn main() {}

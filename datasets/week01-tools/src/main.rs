@@ -1,0 +1,2 @@
+//! The week01-tools MCP server: being written.
+fn main() {}

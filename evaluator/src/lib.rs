@@ -1,0 +1,1 @@
+//! The evaluator: being written (see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! Readers for trace formats: not written yet (see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! Language-model backends: being written (see ARCHITECTURE.md).
