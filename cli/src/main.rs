@@ -1,2 +1,73 @@
-//! The tooltune binary.
-fn main() {}
+//! The `tooltune` command line: thin glue over the library crates, parsing arguments and printing results.
+
+mod ingest_cmd;
+mod paths;
+mod stats_cmd;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Improve MCP tool descriptions from evidence: logged agent runs, re-runs against real servers, and reflection.
+#[derive(Debug, Parser)]
+#[command(name = "tooltune", version, about, long_about = None)]
+struct Cli {
+    /// The trace store: a SQLite file path, sqlite://PATH or postgres://... [default: a SQLite file in the data dir]
+    #[arg(long, global = true, env = "TOOLTUNE_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Store trajectories from trace files (tooltune JSONL, OpenAI chat, Langfuse, OpenTelemetry GenAI).
+    Ingest(ingest_cmd::IngestArgs),
+    /// Look at the stored trajectories.
+    Traces {
+        #[command(subcommand)]
+        command: TracesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TracesCommand {
+    /// Per tool and description version: times shown, times chosen, selection share, success when chosen.
+    Stats(stats_cmd::StatsArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOOLTUNE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let db = paths::database_url(cli.database_url.as_deref())?;
+    match cli.command {
+        Command::Ingest(args) => ingest_cmd::run(&db, args).await,
+        Command::Traces {
+            command: TracesCommand::Stats(args),
+        } => stats_cmd::run(&db, args).await,
+    }
+}

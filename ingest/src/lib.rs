@@ -1,1 +1,219 @@
-//! Readers for trace formats: not written yet (see ARCHITECTURE.md).
+//! Readers that turn trace files (tooltune JSONL, OpenAI chat requests, Langfuse traces, OTLP/JSON GenAI spans)
+//! into [`tooltune_core::Trajectory`] values, in bounded memory and in parallel.
+//!
+//! The entry point is [`ChunkReader`]: it reads a chunk of raw lines sequentially (splitting on `\n` with memchr,
+//! never holding more than one chunk), then parses the chunk's lines in parallel with rayon, preserving order.
+//! A bad record is data ([`Parsed::result`] is `Err(RecordError)`), not an error of the read: one broken line in a
+//! million must not stop an ingest. Only IO failures and an undetectable format are [`IngestError`]s.
+//!
+//! The mapping rules of each format are documented in `docs/trace-format.md` at the workspace root.
+
+mod common;
+mod detect;
+mod langfuse;
+mod openai;
+mod otel;
+mod reader;
+mod tooltune;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use otel::{OUTCOME_FEEDBACK, OUTCOME_SCORE, OUTCOME_SUCCESS};
+pub use reader::ChunkReader;
+use tooltune_core::Trajectory;
+
+/// A trace format this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// tooltune's own JSONL: one `Trajectory` per line, exactly its serde shape.
+    Tooltune,
+    /// One OpenAI chat-completions request per line (`model`, `messages`, `tools`), optionally with its response.
+    OpenAi,
+    /// One Langfuse trace per line, as `GET /api/public/traces/{id}` returns it (observations and scores embedded).
+    Langfuse,
+    /// One OTLP/JSON `{"resourceSpans": [...]}` request per line (the collector's file exporter), GenAI spans.
+    Otel,
+}
+
+impl Format {
+    /// Every format, in the order they are listed to users.
+    pub const ALL: [Format; 4] = [
+        Format::Tooltune,
+        Format::OpenAi,
+        Format::Langfuse,
+        Format::Otel,
+    ];
+
+    /// The name used on the command line and in `meta.source`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Tooltune => "tooltune",
+            Format::OpenAi => "openai",
+            Format::Langfuse => "langfuse",
+            Format::Otel => "otel",
+        }
+    }
+}
+
+fn known_format_names() -> String {
+    Format::ALL
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = IngestError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase();
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == wanted)
+            .ok_or_else(|| IngestError::UnknownFormatName {
+                name: s.to_string(),
+                known: known_format_names(),
+            })
+    }
+}
+
+/// Whether to detect the format from the first record or to take the caller's word for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FormatChoice {
+    /// Detect from the keys of the first non-blank record.
+    #[default]
+    Auto,
+    /// Read every record as this format.
+    Fixed(Format),
+}
+
+impl fmt::Display for FormatChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatChoice::Auto => f.write_str("auto"),
+            FormatChoice::Fixed(format) => format.fmt(f),
+        }
+    }
+}
+
+impl FromStr for FormatChoice {
+    type Err = IngestError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(FormatChoice::Auto);
+        }
+        s.parse::<Format>()
+            .map(FormatChoice::Fixed)
+            .map_err(|_| IngestError::UnknownFormatName {
+                name: s.to_string(),
+                known: format!("auto, {}", known_format_names()),
+            })
+    }
+}
+
+/// Limits of a read. The defaults suit files of any size; lower them for untrusted HTTP bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// A line longer than this is reported as a [`RecordError`] and skipped without being buffered.
+    pub max_record_bytes: usize,
+    /// How many raw lines one chunk holds at most (the unit of parallel parsing).
+    pub chunk_records: usize,
+    /// How many bytes of raw lines one chunk holds at most; a chunk ends at whichever limit comes first, so a
+    /// file of large records does not make a chunk of `chunk_records` of them.
+    pub chunk_bytes: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_record_bytes: 64 * 1024 * 1024,
+            chunk_records: 2048,
+            chunk_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why one record could not become a trajectory. The caller prefixes the file name when showing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// 1-based line where the record starts.
+    pub line: u64,
+    /// JSON path of the offending field, like `messages[3].tool_calls[0].function.arguments`.
+    pub path: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl RecordError {
+    pub(crate) fn new(line: u64, path: Option<String>, message: impl Into<String>) -> Self {
+        RecordError {
+            line,
+            path,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn at(line: u64, path: impl Into<String>, message: impl Into<String>) -> Self {
+        RecordError::new(line, Some(path.into()), message)
+    }
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "line {}: {}: {}", self.line, path, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+/// One record's outcome, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    /// 1-based line where the record starts (for OTLP, the line that completed the trace).
+    pub line: u64,
+    /// The trajectory, validated, or why there is none.
+    pub result: Result<Trajectory, RecordError>,
+}
+
+/// Failures of a read as a whole. A bad record is not one of these: it is a [`Parsed`] with a [`RecordError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    /// Reading the input failed.
+    #[error("{source_name}: {source}")]
+    Io {
+        /// The file name (or HTTP body name) being read.
+        source_name: String,
+        /// The underlying failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `Auto` detection could not tell the format from the first record.
+    #[error("{source_name}: cannot tell the trace format: {reason}")]
+    UnknownFormat {
+        /// The file name (or HTTP body name) being read.
+        source_name: String,
+        /// What the first record looked like and which formats are known.
+        reason: String,
+    },
+    /// A format name that is not one of the known formats.
+    #[error("unknown trace format `{name}` (known formats: {known})")]
+    UnknownFormatName {
+        /// The name given.
+        name: String,
+        /// The names that would have been accepted.
+        known: String,
+    },
+}

@@ -1,1 +1,358 @@
-//! The trace store.
+//! The trace store: trajectories and content-addressed description versions in SQLite (default) or PostgreSQL.
+//!
+//! This is the only crate that knows SQL. It talks to both databases through sqlx's `Any` driver with one set of
+//! queries, so the two backends cannot drift apart; the schema lives in `migrations/{sqlite,postgres}` and is
+//! applied on open. The store knows nothing about trace file formats beyond asking `tooltune-ingest` for parsed
+//! chunks, and nothing about MCP or models.
+
+mod import;
+mod stats;
+
+pub use import::{ImportOptions, ImportProgress, ImportReport, SkippedRecord};
+pub use stats::ToolStats;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Executor, Row};
+use std::path::Path;
+use std::str::FromStr;
+use tooltune_core::{DescriptionId, ToolSpec, Trajectory, TrajectoryId};
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database URL is neither `sqlite:`, `postgres:` nor a file path.
+    #[error("unsupported database URL `{0}`: use a file path, sqlite://PATH or postgres://...")]
+    BadUrl(String),
+    /// Connecting or migrating failed.
+    #[error("cannot open the trace store at {url}: {source}")]
+    Open {
+        /// The URL with any password removed.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying migrations failed.
+    #[error("cannot migrate the trace store: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A query failed.
+    #[error("trace store query failed while {doing}: {source}")]
+    Query {
+        /// What the store was doing.
+        doing: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Reading an input failed (IO, unknown format).
+    #[error(transparent)]
+    Ingest(#[from] tooltune_ingest::IngestError),
+    /// A file held invalid records and was rejected whole; nothing of it was stored.
+    #[error("{source_name}: {} invalid record(s), nothing stored (use --skip-invalid to store the valid ones):\n{}", .errors.len(), format_skipped(.source_name, .errors))]
+    Rejected {
+        /// The file or request the records came from.
+        source_name: String,
+        /// Every invalid record.
+        errors: Vec<SkippedRecord>,
+    },
+    /// A stored row could not be turned back into a trajectory.
+    #[error("stored trajectory {id} is corrupt: {message}")]
+    Corrupt {
+        /// The trajectory id.
+        id: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+fn format_skipped(source_name: &str, errors: &[SkippedRecord]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("  {source_name}:{}: {}", e.line, e.message))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub(crate) fn q(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { doing, source }
+}
+
+/// Which database the store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A local SQLite file.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// A handle to the trace store. Cheap to clone (a connection pool).
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Removes a password from a URL so that it can be shown in an error or a log line.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((creds, host)) = rest.split_once('@')
+    {
+        let user = creds.split(':').next().unwrap_or("");
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_string()
+}
+
+impl Store {
+    /// Opens (creating and migrating on first use) the store at `url`: a file path or `sqlite://PATH` for SQLite,
+    /// `postgres://...` for PostgreSQL.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        install_default_drivers();
+        let (url, backend) = normalise_url(url)?;
+        if backend == Backend::Sqlite
+            && let Some(parent) = sqlite_path(&url).and_then(|p| Path::new(p).parent())
+            && !parent.as_os_str().is_empty()
+        {
+            // Created here so that a fresh machine's first command works without a set-up step.
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Open {
+                url: url.clone(),
+                source: sqlx::Error::Io(e),
+            })?;
+        }
+        let mut opts = AnyPoolOptions::new().max_connections(match backend {
+            // One writer at a time is all SQLite allows; a small pool still lets readers run beside it in WAL mode.
+            Backend::Sqlite => 4,
+            Backend::Postgres => 8,
+        });
+        if backend == Backend::Sqlite {
+            opts = opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                         PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = opts
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Open {
+                url: redact_url(&url),
+                source,
+            })?;
+        match backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
+        }
+        Ok(Store { pool, backend })
+    }
+
+    /// Closes every connection (waiting for those in use), e.g. before dropping a test database.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The connection pool, for other crates' own tables in later migrations. Kept crate-visible only through
+    /// methods for now.
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Stores already-validated trajectories (the evaluator's rollouts) in one transaction. Returns how many were
+    /// new; a trajectory already present is left as it was.
+    pub async fn insert(&self, trajectories: &[Trajectory]) -> Result<u64, StoreError> {
+        for t in trajectories {
+            if let Err(e) = t.validate() {
+                return Err(StoreError::Rejected {
+                    source_name: "insert".into(),
+                    errors: vec![SkippedRecord {
+                        line: 0,
+                        message: e.to_string(),
+                    }],
+                });
+            }
+        }
+        let mut w = import::Writer::begin(self).await?;
+        let added = w.write(trajectories).await?;
+        w.commit().await?;
+        Ok(added)
+    }
+
+    /// Number of stored trajectories.
+    pub async fn count_trajectories(&self) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM trajectories")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(q("counting trajectories"))?;
+        Ok(n as u64)
+    }
+
+    /// Number of stored description versions.
+    pub async fn count_descriptions(&self) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM descriptions")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(q("counting descriptions"))?;
+        Ok(n as u64)
+    }
+
+    /// Loads one trajectory, with its tool list rebuilt from the stored description versions.
+    pub async fn trajectory(&self, id: &TrajectoryId) -> Result<Option<Trajectory>, StoreError> {
+        let row = sqlx::query("SELECT body FROM trajectories WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(q("loading a trajectory"))?;
+        let Some(row) = row else { return Ok(None) };
+        let body: String = row.get(0);
+        let mut t: Trajectory = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+            id: id.to_string(),
+            message: e.to_string(),
+        })?;
+        let tools = sqlx::query(
+            "SELECT d.tool, d.description, d.input_schema FROM trajectory_tools tt \
+             JOIN descriptions d ON d.id = tt.description_id \
+             WHERE tt.trajectory_id = $1 ORDER BY tt.position",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("loading a trajectory's tools"))?;
+        t.tools = tools
+            .into_iter()
+            .map(|r| {
+                let schema: String = r.get(2);
+                Ok(ToolSpec {
+                    name: r.get(0),
+                    description: r.get(1),
+                    input_schema: serde_json::from_str(&schema).map_err(|e| {
+                        StoreError::Corrupt {
+                            id: id.to_string(),
+                            message: format!("input schema: {e}"),
+                        }
+                    })?,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Some(t))
+    }
+
+    /// Ids of trajectories, newest ingest first, optionally only those that showed a tool.
+    pub async fn trajectory_ids(
+        &self,
+        tool: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<TrajectoryId>, StoreError> {
+        let rows = match tool {
+            Some(tool) => sqlx::query(
+                "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+                 WHERE tt.tool = $1 ORDER BY t.ingested_at DESC, t.id LIMIT $2",
+            )
+            .bind(tool.to_string())
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await,
+            None => sqlx::query(
+                "SELECT id FROM trajectories ORDER BY ingested_at DESC, id LIMIT $1",
+            )
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await,
+        }
+        .map_err(q("listing trajectories"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| TrajectoryId::from_stored(r.get(0)))
+            .collect())
+    }
+
+    /// The text of a stored description version.
+    pub async fn description(&self, id: &DescriptionId) -> Result<Option<ToolSpec>, StoreError> {
+        let row = sqlx::query("SELECT tool, description, input_schema FROM descriptions WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(q("loading a description"))?;
+        row.map(|r| {
+            let schema: String = r.get(2);
+            Ok(ToolSpec {
+                name: r.get(0),
+                description: r.get(1),
+                input_schema: serde_json::from_str(&schema).map_err(|e| StoreError::Corrupt {
+                    id: id.to_string(),
+                    message: e.to_string(),
+                })?,
+            })
+        })
+        .transpose()
+    }
+}
+
+fn normalise_url(url: &str) -> Result<(String, Backend), StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((url.to_string(), Backend::Postgres));
+    }
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let rest = rest.trim_start_matches("//");
+        let mut s = format!("sqlite://{rest}");
+        if !rest.contains("mode=") && rest != ":memory:" {
+            s.push_str(if rest.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+        }
+        return Ok((s, Backend::Sqlite));
+    }
+    if url.contains("://") {
+        return Err(StoreError::BadUrl(redact_url(url)));
+    }
+    // A bare path is a SQLite file.
+    Ok((format!("sqlite://{url}?mode=rwc"), Backend::Sqlite))
+}
+
+fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("sqlite://")?;
+    let path = rest.split('?').next()?;
+    (path != ":memory:").then_some(path)
+}
+
+impl FromStr for Backend {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        normalise_url(s).map(|(_, b)| b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_normalised_and_redacted() {
+        assert_eq!(
+            normalise_url("traces.db").expect("path"),
+            ("sqlite://traces.db?mode=rwc".into(), Backend::Sqlite)
+        );
+        assert_eq!(
+            normalise_url("sqlite:///tmp/x.db").expect("url").1,
+            Backend::Sqlite
+        );
+        assert_eq!(
+            normalise_url("postgres://u:p@h/db").expect("pg").1,
+            Backend::Postgres
+        );
+        assert!(normalise_url("mysql://h/db").is_err());
+        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(sqlite_path("sqlite://a/b.db?mode=rwc"), Some("a/b.db"));
+    }
+}

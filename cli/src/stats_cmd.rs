@@ -1,0 +1,78 @@
+//! `tooltune traces stats`: the first thing a server author looks at, per tool and per description version.
+
+use anyhow::Result;
+use clap::Args;
+use std::process::ExitCode;
+use tooltune_objectives::stats::Rate;
+use tooltune_store::Store;
+
+/// Arguments of `tooltune traces stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this tool.
+    #[arg(long)]
+    tool: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(db: &str, args: StatsArgs) -> Result<ExitCode> {
+    let store = Store::open(db).await?;
+    let stats = store.tool_stats(args.tool.as_deref()).await?;
+    let trajectories = store.count_trajectories().await?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "trajectories": trajectories,
+                "tools": stats,
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{trajectories} trajectories in the store");
+    if stats.is_empty() {
+        println!("no tools yet: ingest traces with `tooltune ingest FILE`");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<34} {:>7} {:>7} {:>24} {:>26}",
+        "tool / description version", "shown", "chosen", "selection share (95% CI)", "success when chosen (95% CI)"
+    );
+    for s in &stats {
+        let label = match &s.description_id {
+            None => s.tool.clone(),
+            Some(id) => format!("  {}", &id[..id.len().min(12)]),
+        };
+        println!(
+            "{:<34} {:>7} {:>7} {:>24} {:>26}",
+            label,
+            s.shown,
+            s.chosen,
+            fmt_rate(&s.selection_share),
+            fmt_rate(&s.success_when_chosen)
+        );
+        if let Some(d) = &s.description {
+            println!("      \"{}\"", one_line(d, 90));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fmt_rate(r: &Rate) -> String {
+    match r.value {
+        Some(v) => format!("{v:.2} [{:.2}, {:.2}] n={}", r.low, r.high, r.trials),
+        None => "- (n=0)".to_string(),
+    }
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max - 1).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}

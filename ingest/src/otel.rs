@@ -1,0 +1,825 @@
+//! The `otel` format: OTLP/JSON trace requests, one `{"resourceSpans": [...]}` per line as the OpenTelemetry
+//! collector's file exporter writes them, with spans following the GenAI semantic conventions.
+//!
+//! Spans of one trace may arrive on several lines. Lines are decoded in parallel; the [`Assembler`] then groups
+//! spans by `traceId` sequentially and hands a trace over for (parallel) assembly as soon as its root span (no
+//! `parentSpanId`) arrives. Exporters send a span when it ends and a root ends after its children, so the root is
+//! normally the last span of its trace; memory holds only traces still waiting for their root.
+
+use crate::common::{
+    add_tools, arguments_value, chat_msg, content_text, finish, from_json, kind, last_answer,
+    rfc3339_from_nanos, score_value, success_value, tool_spec, value_to_text,
+};
+use crate::{Format, Parsed, RecordError};
+use rayon::prelude::*;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use tooltune_core::{Meta, Outcome, Step, Timing, ToolCall, ToolSpec, Trajectory, Usage};
+
+/// Our outcome attributes, set on the root span by whoever judged the run.
+pub const OUTCOME_SCORE: &str = "tooltune.outcome.score";
+/// See [`OUTCOME_SCORE`].
+pub const OUTCOME_SUCCESS: &str = "tooltune.outcome.success";
+/// See [`OUTCOME_SCORE`].
+pub const OUTCOME_FEEDBACK: &str = "tooltune.outcome.feedback";
+
+/// How many finished trace ids are remembered to recognise spans that arrive after their trace was emitted.
+const REMEMBERED_TRACES: usize = 100_000;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    resource_spans: Vec<ResourceSpans>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceSpans {
+    #[serde(default)]
+    resource: Option<Resource>,
+    #[serde(default)]
+    scope_spans: Vec<ScopeSpans>,
+}
+
+#[derive(Deserialize)]
+struct Resource {
+    #[serde(default)]
+    attributes: Vec<KeyValue>,
+}
+
+#[derive(Deserialize)]
+struct ScopeSpans {
+    #[serde(default)]
+    spans: Vec<Span>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Span {
+    trace_id: String,
+    span_id: String,
+    #[serde(default)]
+    parent_span_id: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(deserialize_with = "de_u64")]
+    start_time_unix_nano: u64,
+    #[serde(default, deserialize_with = "de_u64")]
+    end_time_unix_nano: u64,
+    #[serde(default)]
+    attributes: Vec<KeyValue>,
+    #[serde(default)]
+    status: Option<Status>,
+}
+
+#[derive(Deserialize)]
+struct KeyValue {
+    key: String,
+    #[serde(default)]
+    value: AnyValue,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct AnyValue {
+    #[serde(default)]
+    string_value: Option<String>,
+    #[serde(default)]
+    bool_value: Option<bool>,
+    #[serde(default, deserialize_with = "de_opt_i64")]
+    int_value: Option<i64>,
+    #[serde(default)]
+    double_value: Option<f64>,
+    #[serde(default)]
+    array_value: Option<ArrayValue>,
+    #[serde(default)]
+    kvlist_value: Option<KvList>,
+    #[serde(default)]
+    bytes_value: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ArrayValue {
+    #[serde(default)]
+    values: Vec<AnyValue>,
+}
+
+#[derive(Deserialize)]
+struct KvList {
+    #[serde(default)]
+    values: Vec<KeyValue>,
+}
+
+#[derive(Deserialize)]
+struct Status {
+    #[serde(default, deserialize_with = "de_status_code")]
+    code: i64,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// OTLP/JSON writes 64-bit integers as strings (the protobuf JSON mapping); some producers write numbers.
+struct IntVisitor;
+
+impl Visitor<'_> for IntVisitor {
+    type Value = i128;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an integer or a string holding one")
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<i128, E> {
+        v.trim()
+            .parse()
+            .map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))
+    }
+}
+
+fn de_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = d.deserialize_any(IntVisitor)?;
+    u64::try_from(v).map_err(|_| de::Error::custom(format!("{v} is not a valid unsigned 64-bit time")))
+}
+
+fn de_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    let v = d.deserialize_any(IntVisitor)?;
+    i64::try_from(v)
+        .map(Some)
+        .map_err(|_| de::Error::custom(format!("{v} does not fit a 64-bit integer")))
+}
+
+/// `status.code` as the integer of the JSON mapping, or as the enum name some producers write.
+fn de_status_code<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    struct CodeVisitor;
+    impl Visitor<'_> for CodeVisitor {
+        type Value = i64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a status code (0, 1, 2 or STATUS_CODE_UNSET/OK/ERROR)")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+            Ok(v as i64)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<i64, E> {
+            match v {
+                "STATUS_CODE_UNSET" | "UNSET" | "Unset" => Ok(0),
+                "STATUS_CODE_OK" | "OK" | "Ok" => Ok(1),
+                "STATUS_CODE_ERROR" | "ERROR" | "Error" => Ok(2),
+                _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+            }
+        }
+    }
+    d.deserialize_any(CodeVisitor)
+}
+
+impl AnyValue {
+    fn to_json(&self) -> Value {
+        if let Some(s) = &self.string_value {
+            Value::String(s.clone())
+        } else if let Some(b) = self.bool_value {
+            Value::Bool(b)
+        } else if let Some(i) = self.int_value {
+            Value::from(i)
+        } else if let Some(d) = self.double_value {
+            Value::from(d)
+        } else if let Some(a) = &self.array_value {
+            Value::Array(a.values.iter().map(AnyValue::to_json).collect())
+        } else if let Some(kv) = &self.kvlist_value {
+            Value::Object(
+                kv.values
+                    .iter()
+                    .map(|e| (e.key.clone(), e.value.to_json()))
+                    .collect(),
+            )
+        } else if let Some(b) = &self.bytes_value {
+            Value::String(b.clone())
+        } else {
+            Value::Null
+        }
+    }
+}
+
+/// One decoded span with where it came from.
+pub(crate) struct SpanRec {
+    span: Span,
+    line: u64,
+    /// Indices of the span in its line: resourceSpans, scopeSpans, spans.
+    at: (usize, usize, usize),
+    service: Option<Arc<str>>,
+}
+
+impl SpanRec {
+    fn path(&self) -> String {
+        let (r, s, p) = self.at;
+        format!("resourceSpans[{r}].scopeSpans[{s}].spans[{p}]")
+    }
+
+    fn is_root(&self) -> bool {
+        self.span.parent_span_id.as_deref().is_none_or(str::is_empty)
+    }
+
+    fn attr(&self, key: &str) -> Option<(usize, &AnyValue)> {
+        self.span
+            .attributes
+            .iter()
+            .enumerate()
+            .find(|(_, kv)| kv.key == key)
+            .map(|(i, kv)| (i, &kv.value))
+    }
+
+    fn attr_str(&self, key: &str) -> Option<&str> {
+        self.attr(key).and_then(|(_, v)| v.string_value.as_deref())
+    }
+
+    fn attr_u64(&self, key: &str) -> Option<u64> {
+        self.attr(key).and_then(|(_, v)| {
+            v.int_value
+                .and_then(|i| u64::try_from(i).ok())
+                .or_else(|| v.double_value.map(|d| d as u64))
+                .or_else(|| v.string_value.as_deref().and_then(|s| s.parse().ok()))
+        })
+    }
+
+    /// A structured ("any") attribute: recorded structured (kvlist/array) or, as the conventions allow on spans,
+    /// as a JSON string.
+    fn attr_json(&self, key: &str) -> Result<Option<Value>, RecordError> {
+        let Some((i, v)) = self.attr(key) else {
+            return Ok(None);
+        };
+        match &v.string_value {
+            Some(s) => serde_json::from_str(s).map(Some).map_err(|e| {
+                self.error(
+                    &format!(".attributes[{i}].value.stringValue"),
+                    format!(
+                        "`{key}` is not valid JSON: {}",
+                        crate::common::json_message(&e)
+                    ),
+                )
+            }),
+            None => Ok(Some(v.to_json())),
+        }
+    }
+
+    fn op(&self) -> &str {
+        self.attr_str("gen_ai.operation.name").unwrap_or_default()
+    }
+
+    fn is_inference(&self) -> bool {
+        matches!(self.op(), "chat" | "generate_content" | "text_completion")
+    }
+
+    fn timing(&self) -> Timing {
+        let s = &self.span;
+        Timing {
+            started_at: rfc3339_from_nanos(s.start_time_unix_nano),
+            duration_ms: (s.end_time_unix_nano >= s.start_time_unix_nano && s.end_time_unix_nano > 0)
+                .then(|| (s.end_time_unix_nano - s.start_time_unix_nano) as f64 / 1e6),
+        }
+    }
+
+    fn error(&self, path_suffix: &str, message: impl std::fmt::Display) -> RecordError {
+        RecordError::at(
+            self.line,
+            format!("{}{path_suffix}", self.path()),
+            format!("span {}: {message}", self.span.span_id),
+        )
+    }
+}
+
+/// Decodes one line into its spans (in parallel with other lines; no cross-line state).
+pub(crate) fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec>, RecordError> {
+    let req: Request = from_json(text, line)?;
+    let mut out = Vec::new();
+    for (r, rs) in req.resource_spans.into_iter().enumerate() {
+        let service: Option<Arc<str>> = rs.resource.as_ref().and_then(|res| {
+            res.attributes
+                .iter()
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.string_value.as_deref())
+                .map(Arc::from)
+        });
+        for (s, ss) in rs.scope_spans.into_iter().enumerate() {
+            for (p, span) in ss.spans.into_iter().enumerate() {
+                if span.trace_id.is_empty() {
+                    return Err(RecordError::at(
+                        line,
+                        format!("resourceSpans[{r}].scopeSpans[{s}].spans[{p}].traceId"),
+                        "is empty",
+                    ));
+                }
+                out.push(SpanRec {
+                    span,
+                    line,
+                    at: (r, s, p),
+                    service: service.clone(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Pending {
+    first_line: u64,
+    seq: u64,
+    has_root: bool,
+    spans: Vec<SpanRec>,
+}
+
+enum Slot {
+    Ready(Parsed),
+    Build {
+        line: u64,
+        trace_id: String,
+        spans: Vec<SpanRec>,
+        complete: bool,
+    },
+}
+
+/// Groups spans by trace across lines and emits each trace once its root span has arrived.
+#[derive(Default)]
+pub(crate) struct Assembler {
+    pending: HashMap<String, Pending>,
+    seq: u64,
+    done: HashSet<String>,
+    done_order: VecDeque<String>,
+}
+
+impl Assembler {
+    fn remember(&mut self, trace_id: String) {
+        if self.done_order.len() >= REMEMBERED_TRACES
+            && let Some(old) = self.done_order.pop_front()
+        {
+            self.done.remove(&old);
+        }
+        self.done.insert(trace_id.clone());
+        self.done_order.push_back(trace_id);
+    }
+
+    /// How many traces are waiting for their root span.
+    pub(crate) fn pending_traces(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes one chunk's decoded lines in file order; at EOF also flushes traces that never got a root.
+    pub(crate) fn process(
+        &mut self,
+        lines: Vec<(u64, Result<Vec<SpanRec>, RecordError>)>,
+        at_eof: bool,
+    ) -> Vec<Parsed> {
+        let mut slots: Vec<Slot> = Vec::new();
+        for (line, res) in lines {
+            let spans = match res {
+                Ok(spans) => spans,
+                Err(e) => {
+                    slots.push(Slot::Ready(Parsed {
+                        line,
+                        result: Err(e),
+                    }));
+                    continue;
+                }
+            };
+            let mut completed: Vec<String> = Vec::new();
+            let mut late: Vec<String> = Vec::new();
+            for s in spans {
+                let tid = &s.span.trace_id;
+                if self.done.contains(tid) {
+                    if !late.contains(tid) {
+                        late.push(tid.clone());
+                    }
+                    continue;
+                }
+                let root = s.is_root();
+                if !self.pending.contains_key(tid) {
+                    self.seq += 1;
+                    self.pending.insert(
+                        tid.clone(),
+                        Pending {
+                            first_line: line,
+                            seq: self.seq,
+                            has_root: false,
+                            spans: Vec::new(),
+                        },
+                    );
+                }
+                let tid = tid.clone();
+                if let Some(p) = self.pending.get_mut(&tid) {
+                    p.spans.push(s);
+                    if root && !p.has_root {
+                        p.has_root = true;
+                        completed.push(tid);
+                    }
+                }
+            }
+            for tid in late {
+                slots.push(Slot::Ready(Parsed {
+                    line,
+                    result: Err(RecordError::new(
+                        line,
+                        None,
+                        format!(
+                            "spans of trace {tid} arrived after its root span completed the trace; they are ignored"
+                        ),
+                    )),
+                }));
+            }
+            for tid in completed {
+                if let Some(p) = self.pending.remove(&tid) {
+                    self.remember(tid.clone());
+                    slots.push(Slot::Build {
+                        line,
+                        trace_id: tid,
+                        spans: p.spans,
+                        complete: true,
+                    });
+                }
+            }
+        }
+        if at_eof {
+            let mut rest: Vec<(String, Pending)> = self.pending.drain().collect();
+            rest.sort_by_key(|(_, p)| p.seq);
+            for (tid, p) in rest {
+                slots.push(Slot::Build {
+                    line: p.first_line,
+                    trace_id: tid,
+                    spans: p.spans,
+                    complete: false,
+                });
+            }
+        }
+        slots
+            .into_par_iter()
+            .map(|slot| match slot {
+                Slot::Ready(p) => p,
+                Slot::Build {
+                    line,
+                    trace_id,
+                    spans,
+                    complete,
+                } => Parsed {
+                    line,
+                    result: build(&trace_id, spans, complete, line)
+                        .and_then(|t| finish(Format::Otel, t, line)),
+                },
+            })
+            .collect()
+    }
+}
+
+/// One message of `gen_ai.input.messages` / `gen_ai.output.messages` (parts), or an OpenAI-style message (content)
+/// as older instrumentations wrote it.
+struct OMsg {
+    role: String,
+    text: Option<String>,
+    calls: Vec<ToolCall>,
+    /// Tool results sent back to the model: call id and text.
+    responses: Vec<(Option<String>, String)>,
+}
+
+fn messages(v: &Value, rec: &SpanRec, key: &str) -> Result<Vec<OMsg>, RecordError> {
+    let Value::Array(items) = v else {
+        return Err(rec.error(
+            "",
+            format!("`{key}` should be an array of messages, found {}", kind(v)),
+        ));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("assistant")
+            .to_string();
+        if let Some(Value::Array(parts)) = m.get("parts") {
+            let mut texts: Vec<&str> = Vec::new();
+            let mut calls = Vec::new();
+            let mut responses = Vec::new();
+            for p in parts {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => texts.extend(p.get("content").and_then(Value::as_str)),
+                    Some("tool_call") => {
+                        let Some(name) = p.get("name").and_then(Value::as_str) else {
+                            return Err(rec.error(
+                                "",
+                                format!("`{key}`[{i}]: a tool_call part has no name"),
+                            ));
+                        };
+                        calls.push(ToolCall {
+                            id: p.get("id").and_then(Value::as_str).map(str::to_string),
+                            name: name.to_string(),
+                            arguments: arguments_value(p.get("arguments")),
+                        });
+                    }
+                    Some("tool_call_response") => responses.push((
+                        p.get("id").and_then(Value::as_str).map(str::to_string),
+                        // The schema names the field `response`; one example in the conventions says `result`.
+                        value_to_text(p.get("response").or_else(|| p.get("result")).unwrap_or(&Value::Null)),
+                    )),
+                    _ => {}
+                }
+            }
+            out.push(OMsg {
+                role,
+                text: (!texts.is_empty()).then(|| texts.join("\n")),
+                calls,
+                responses,
+            });
+        } else {
+            let msg = chat_msg(m, "assistant")
+                .map_err(|(_, e)| rec.error("", format!("`{key}`[{i}]: {e}")))?;
+            let responses = if msg.role == "tool" {
+                vec![(msg.tool_call_id.clone(), msg.text.clone().unwrap_or_default())]
+            } else {
+                Vec::new()
+            };
+            out.push(OMsg {
+                role: msg.role,
+                text: if responses.is_empty() { msg.text } else { None },
+                calls: msg.tool_calls,
+                responses,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn system_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|p| p.get("content").and_then(Value::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+        other => content_text(other),
+    }
+}
+
+fn build(
+    trace_id: &str,
+    mut spans: Vec<SpanRec>,
+    complete: bool,
+    line: u64,
+) -> Result<Trajectory, RecordError> {
+    // Start time orders the steps; arrival order breaks ties (a stable sort keeps it).
+    spans.sort_by_key(|s| s.span.start_time_unix_nano);
+    let root = spans.iter().find(|s| s.is_root());
+    if !complete && !spans.iter().any(SpanRec::is_inference) {
+        return Err(RecordError::new(
+            line,
+            None,
+            format!(
+                "trace {trace_id}: {} span(s) but the root span never arrived and none is a chat span, so there \
+                 is nothing to assemble",
+                spans.len()
+            ),
+        ));
+    }
+
+    // Tools: every definition list in the trace (first definition of a name wins), then tools only seen executed.
+    let mut tools: Vec<ToolSpec> = Vec::new();
+    for s in &spans {
+        if let Some(v) = s.attr_json("gen_ai.tool.definitions")? {
+            let Value::Array(defs) = &v else {
+                return Err(s.error(
+                    "",
+                    format!("`gen_ai.tool.definitions` should be an array, found {}", kind(&v)),
+                ));
+            };
+            add_tools(&mut tools, defs.iter().filter_map(tool_spec));
+        }
+    }
+    for s in spans.iter().filter(|s| s.op() == "execute_tool") {
+        if let (Some(name), Some(description)) = (
+            tool_name(s),
+            s.attr_str("gen_ai.tool.description"),
+        ) {
+            add_tools(
+                &mut tools,
+                [ToolSpec {
+                    name: name.to_string(),
+                    description: description.to_string(),
+                    input_schema: Value::Object(Default::default()),
+                }],
+            );
+        }
+    }
+    let any_exec = spans.iter().any(|s| s.op() == "execute_tool");
+
+    let mut task: Option<String> = None;
+    let mut system: Option<String> = None;
+    let mut model: Option<String> = None;
+    let mut steps: Vec<Step> = Vec::new();
+    let mut users_seen = 0usize;
+    let mut call_names: HashMap<String, String> = HashMap::new();
+    let mut answered: HashSet<String> = HashSet::new();
+
+    for s in &spans {
+        if s.is_inference() {
+            model = model.or_else(|| {
+                s.attr_str("gen_ai.request.model")
+                    .or_else(|| s.attr_str("gen_ai.response.model"))
+                    .map(str::to_string)
+            });
+            if system.is_none()
+                && let Some(v) = s.attr_json("gen_ai.system_instructions")?
+            {
+                system = system_text(&v);
+            }
+            let input = match s.attr_json("gen_ai.input.messages")? {
+                Some(v) => messages(&v, s, "gen_ai.input.messages")?,
+                None => Vec::new(),
+            };
+            let mut users = 0usize;
+            for m in &input {
+                match m.role.as_str() {
+                    "system" | "developer" if task.is_none() && users == 0 && system.is_none() => {
+                        system = m.text.clone();
+                    }
+                    "user" => {
+                        if task.is_none() {
+                            task = m.text.clone();
+                        } else if users >= users_seen.max(1) {
+                            steps.push(Step::User {
+                                content: m.text.clone().unwrap_or_default(),
+                            });
+                        }
+                        users += 1;
+                    }
+                    // Without execute_tool spans, results are only visible as tool messages sent back to the model.
+                    "tool" if !any_exec => {
+                        for (id, text) in &m.responses {
+                            if let Some(id) = id
+                                && let Some(name) = call_names.get(id)
+                                && answered.insert(id.clone())
+                            {
+                                steps.push(Step::ToolResult {
+                                    call_id: Some(id.clone()),
+                                    name: name.clone(),
+                                    content: text.clone(),
+                                    is_error: false,
+                                    timing: Timing::default(),
+                                });
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            users_seen = users_seen.max(users);
+            let output = match s.attr_json("gen_ai.output.messages")? {
+                Some(v) => messages(&v, s, "gen_ai.output.messages")?,
+                None => Vec::new(),
+            };
+            // One output message per choice; the agent continued with the first.
+            let (text, calls) = match output.into_iter().next() {
+                Some(m) => (m.text, m.calls),
+                None => (None, Vec::new()),
+            };
+            for c in &calls {
+                if let Some(id) = &c.id {
+                    call_names.insert(id.clone(), c.name.clone());
+                }
+            }
+            let usage = match (
+                s.attr_u64("gen_ai.usage.input_tokens"),
+                s.attr_u64("gen_ai.usage.output_tokens"),
+            ) {
+                (Some(i), Some(o)) => Some(Usage {
+                    prompt_tokens: i,
+                    completion_tokens: o,
+                }),
+                _ => None,
+            };
+            steps.push(Step::Model {
+                content: text.filter(|t| !t.is_empty()),
+                tool_calls: calls,
+                timing: s.timing(),
+                usage,
+            });
+        } else if s.op() == "execute_tool" {
+            let Some(name) = tool_name(s) else {
+                return Err(s.error(
+                    ".attributes",
+                    "an execute_tool span needs `gen_ai.tool.name` (or a name `execute_tool {tool}`)",
+                ));
+            };
+            let result = s.attr_json("gen_ai.tool.call.result")?;
+            let status_error = s.span.status.as_ref().is_some_and(|st| st.code == 2);
+            let error_type = s.attr_str("error.type");
+            let is_error = status_error || error_type.is_some();
+            let content = match result {
+                Some(v) if !v.is_null() => value_to_text(&v),
+                _ if is_error => s
+                    .span
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.message.clone())
+                    .or_else(|| error_type.map(str::to_string))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            steps.push(Step::ToolResult {
+                call_id: s.attr_str("gen_ai.tool.call.id").map(str::to_string),
+                name: name.to_string(),
+                content,
+                is_error,
+                timing: s.timing(),
+            });
+        }
+    }
+
+    // An agent that logged no chat span content may still have its input on the agent span.
+    if task.is_none() {
+        for s in &spans {
+            if let Some(v) = s.attr_json("gen_ai.input.messages")? {
+                task = messages(&v, s, "gen_ai.input.messages")?
+                    .into_iter()
+                    .find(|m| m.role == "user")
+                    .and_then(|m| m.text);
+                if task.is_some() {
+                    break;
+                }
+            }
+        }
+    }
+    let Some(task) = task else {
+        return Err(RecordError::new(
+            line,
+            None,
+            format!(
+                "trace {trace_id}: no span has a user message in `gen_ai.input.messages` (the task); message \
+                 content capture must be enabled in the instrumentation"
+            ),
+        ));
+    };
+
+    let mut final_answer = last_answer(&steps);
+    if final_answer.is_none()
+        && let Some(r) = root
+        && let Some(v) = r.attr_json("gen_ai.output.messages")?
+    {
+        final_answer = messages(&v, r, "gen_ai.output.messages")?
+            .into_iter()
+            .next()
+            .and_then(|m| m.text);
+    }
+    let outcome = match root {
+        Some(r) => outcome_of(r)?,
+        None => Outcome::default(),
+    };
+    let first = root.or(spans.first());
+    Ok(Trajectory {
+        task,
+        system,
+        tools,
+        steps,
+        final_answer,
+        outcome,
+        meta: Meta {
+            model,
+            client: first.and_then(|s| s.service.as_deref().map(str::to_string)),
+            external_id: Some(trace_id.to_string()),
+            started_at: first.and_then(|s| rfc3339_from_nanos(s.span.start_time_unix_nano)),
+            ..Meta::default()
+        },
+        links: Default::default(),
+    })
+}
+
+fn tool_name(s: &SpanRec) -> Option<&str> {
+    s.attr_str("gen_ai.tool.name")
+        .or_else(|| s.span.name.strip_prefix("execute_tool "))
+        .filter(|n| !n.is_empty())
+}
+
+fn outcome_of(root: &SpanRec) -> Result<Outcome, RecordError> {
+    let attr_err = |key: &str, e: String| {
+        let i = root.attr(key).map(|(i, _)| i).unwrap_or_default();
+        root.error(&format!(".attributes[{i}]"), format!("`{key}`: {e}"))
+    };
+    let score = match root.attr(OUTCOME_SCORE) {
+        Some((_, v)) => score_value(&v.to_json()).map_err(|e| attr_err(OUTCOME_SCORE, e))?,
+        None => None,
+    };
+    let success = match root.attr(OUTCOME_SUCCESS) {
+        Some((_, v)) => success_value(&v.to_json()).map_err(|e| attr_err(OUTCOME_SUCCESS, e))?,
+        None => None,
+    };
+    Ok(Outcome {
+        score,
+        success,
+        feedback: root.attr_str(OUTCOME_FEEDBACK).map(str::to_string),
+    })
+}

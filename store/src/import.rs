@@ -1,0 +1,437 @@
+//! Importing trajectories: parsed chunks from `tooltune-ingest` are written in batches inside one transaction per
+//! file, so a file is stored whole or (when it holds an invalid record and skipping was not asked for) not at all.
+//!
+//! Reading and parsing run on a blocking thread (parsing fans out with rayon inside the reader), row preparation
+//! (ids, JSON bodies) with rayon too, and the database writes on the async side; a bounded channel between them
+//! keeps memory flat whatever the file size.
+
+use crate::{Store, StoreError, q};
+use rayon::prelude::*;
+use serde::Serialize;
+use sqlx::{Any, Transaction};
+use std::collections::HashSet;
+use std::io::BufRead;
+use tooltune_core::{Links, Meta, Outcome, Step, Trajectory, canonical_json};
+use tooltune_ingest::{ChunkReader, Format};
+
+/// How an import treats invalid records.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Store the valid records of a file that also has invalid ones (and list the skipped ones), instead of
+    /// rejecting the whole file.
+    pub skip_invalid: bool,
+}
+
+/// An invalid record that was not stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedRecord {
+    /// 1-based line of the record in its file.
+    pub line: u64,
+    /// What was wrong, with the JSON path where there is one.
+    pub message: String,
+}
+
+/// Progress of a running import, reported after each chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct ImportProgress {
+    /// Records read so far (valid and invalid).
+    pub records: u64,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    /// The file or request name.
+    pub source_name: String,
+    /// The format read (`None` for an empty input).
+    pub format: Option<String>,
+    /// Records read.
+    pub records: u64,
+    /// Trajectories newly stored.
+    pub added: u64,
+    /// Valid trajectories that were already in the store.
+    pub already_present: u64,
+    /// Invalid records that were skipped (only with `skip_invalid`).
+    pub skipped: Vec<SkippedRecord>,
+}
+
+impl Store {
+    /// Imports everything a reader yields. See the module docs for the all-or-nothing rule.
+    pub async fn import<R>(
+        &self,
+        reader: ChunkReader<R>,
+        source_name: &str,
+        opts: ImportOptions,
+        mut progress: impl FnMut(ImportProgress) + Send,
+    ) -> Result<ImportReport, StoreError>
+    where
+        R: BufRead + Send + 'static,
+    {
+        let format = reader.format().map(|f: Format| f.to_string());
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<PreparedChunk, StoreError>>(2);
+        let reading = tokio::task::spawn_blocking(move || {
+            let mut reader = reader;
+            loop {
+                let chunk = match reader.next_chunk() {
+                    Ok(Some(c)) => c,
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e.into()));
+                        break;
+                    }
+                };
+                let prepared = prepare_chunk(chunk);
+                if tx.blocking_send(Ok(prepared)).is_err() {
+                    // The writer gave up (a database error); stop reading.
+                    break;
+                }
+            }
+        });
+
+        let mut report = ImportReport {
+            source_name: source_name.to_string(),
+            format,
+            records: 0,
+            added: 0,
+            already_present: 0,
+            skipped: Vec::new(),
+        };
+        let mut writer = Writer::begin(self).await?;
+        let mut failed: Option<StoreError> = None;
+        while let Some(chunk) = rx.recv().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            report.records += chunk.records;
+            report.skipped.extend(chunk.invalid);
+            // Once a record is invalid and skipping is off, the file will be rolled back: keep reading only to
+            // report every invalid record, and stop writing.
+            if opts.skip_invalid || report.skipped.is_empty() {
+                let n = chunk.valid.len() as u64;
+                match writer.write_prepared(&chunk.valid).await {
+                    Ok(added) => {
+                        report.added += added;
+                        report.already_present += n - added;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            progress(ImportProgress {
+                records: report.records,
+            });
+        }
+        drop(rx);
+        // The reading thread cannot panic short of a bug; if it did, the error surfaces as a missing chunk count.
+        let _ = reading.await;
+        if let Some(e) = failed {
+            writer.rollback().await?;
+            return Err(e);
+        }
+        if !opts.skip_invalid && !report.skipped.is_empty() {
+            writer.rollback().await?;
+            return Err(StoreError::Rejected {
+                source_name: source_name.to_string(),
+                errors: report.skipped,
+            });
+        }
+        writer.commit().await?;
+        Ok(report)
+    }
+}
+
+pub(crate) struct PreparedChunk {
+    records: u64,
+    valid: Vec<Prepared>,
+    invalid: Vec<SkippedRecord>,
+}
+
+fn prepare_chunk(chunk: Vec<tooltune_ingest::Parsed>) -> PreparedChunk {
+    let records = chunk.len() as u64;
+    let mut invalid = Vec::new();
+    let mut good = Vec::with_capacity(chunk.len());
+    for p in chunk {
+        match p.result {
+            Ok(t) => good.push(t),
+            Err(e) => invalid.push(SkippedRecord {
+                line: p.line,
+                message: e.to_string(),
+            }),
+        }
+    }
+    let valid = good.par_iter().map(Prepared::new).collect();
+    PreparedChunk {
+        records,
+        valid,
+        invalid,
+    }
+}
+
+/// The stored JSON body: the trajectory without its tool list, which lives in `trajectory_tools` and
+/// `descriptions` so that a description is stored once. Field names match `Trajectory`'s serde shape, so the body
+/// deserialises back into a `Trajectory` with an empty tool list.
+#[derive(Serialize)]
+struct Body<'a> {
+    task: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: &'a Option<String>,
+    steps: &'a [Step],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    final_answer: &'a Option<String>,
+    outcome: &'a Outcome,
+    meta: &'a Meta,
+    links: &'a Links,
+}
+
+/// One trajectory turned into row values, ready to bind.
+pub(crate) struct Prepared {
+    id: String,
+    source: String,
+    task: String,
+    final_answer: Option<String>,
+    score: Option<f64>,
+    success: Option<i64>,
+    feedback: Option<String>,
+    model: Option<String>,
+    client: Option<String>,
+    external_id: Option<String>,
+    started_at: Option<String>,
+    run_id: Option<String>,
+    candidate_id: Option<String>,
+    rollout: Option<i64>,
+    body: String,
+    /// (description id, tool, calls) in tool-list order.
+    tools: Vec<(String, String, i64)>,
+    /// (description id, tool, description, canonical schema) of every tool shown.
+    descriptions: Vec<(String, String, String, String)>,
+}
+
+impl Prepared {
+    fn new(t: &Trajectory) -> Prepared {
+        let body = Body {
+            task: &t.task,
+            system: &t.system,
+            steps: &t.steps,
+            final_answer: &t.final_answer,
+            outcome: &t.outcome,
+            meta: &t.meta,
+            links: &t.links,
+        };
+        let mut tools = Vec::with_capacity(t.tools.len());
+        let mut descriptions = Vec::with_capacity(t.tools.len());
+        for tool in &t.tools {
+            let id = tool.description_id().as_str().to_string();
+            tools.push((id.clone(), tool.name.clone(), t.calls_of(&tool.name) as i64));
+            descriptions.push((
+                id,
+                tool.name.clone(),
+                tool.description.clone(),
+                canonical_json(&tool.input_schema),
+            ));
+        }
+        Prepared {
+            id: t.id().as_str().to_string(),
+            source: t.meta.source.clone(),
+            task: t.task.clone(),
+            final_answer: t.final_answer.clone(),
+            score: t.outcome.score,
+            success: t.outcome.effective_success().map(i64::from),
+            feedback: t.outcome.feedback.clone(),
+            model: t.meta.model.clone(),
+            client: t.meta.client.clone(),
+            external_id: t.meta.external_id.clone(),
+            started_at: t.meta.started_at.clone(),
+            run_id: t.links.run_id.clone(),
+            candidate_id: t.links.candidate_id.clone(),
+            rollout: t.links.rollout.map(i64::from),
+            // Serialising plain data with string keys cannot fail.
+            body: serde_json::to_string(&body).unwrap_or_default(),
+            tools,
+            descriptions,
+        }
+    }
+}
+
+/// Builds `INSERT INTO table (cols) VALUES ($1,..),(..) ON CONFLICT DO NOTHING` for `rows` rows. The SQL for a
+/// full batch is always the same string, so the driver's statement cache prepares it once.
+fn insert_sql(table: &str, cols: &[&str], rows: usize) -> String {
+    let mut s = format!("INSERT INTO {table} ({}) VALUES ", cols.join(", "));
+    let mut n = 0;
+    for r in 0..rows {
+        if r > 0 {
+            s.push(',');
+        }
+        s.push('(');
+        for c in 0..cols.len() {
+            if c > 0 {
+                s.push(',');
+            }
+            n += 1;
+            s.push('$');
+            s.push_str(&n.to_string());
+        }
+        s.push(')');
+    }
+    s.push_str(" ON CONFLICT DO NOTHING");
+    s
+}
+
+const TRAJECTORY_COLS: &[&str] = &[
+    "id",
+    "source",
+    "task",
+    "final_answer",
+    "score",
+    "success",
+    "feedback",
+    "model",
+    "client",
+    "external_id",
+    "started_at",
+    "run_id",
+    "candidate_id",
+    "rollout",
+    "ingested_at",
+    "body",
+];
+const TOOL_COLS: &[&str] = &["trajectory_id", "position", "description_id", "tool", "calls"];
+const DESCRIPTION_COLS: &[&str] = &["id", "tool", "description", "input_schema", "first_seen_at"];
+// Rows per statement: well under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters.
+const TRAJECTORY_BATCH: usize = 500;
+const TOOL_BATCH: usize = 2000;
+const DESCRIPTION_BATCH: usize = 500;
+
+/// A transaction that trajectories are written into.
+pub(crate) struct Writer {
+    tx: Transaction<'static, Any>,
+    known_descriptions: HashSet<String>,
+    now: String,
+}
+
+impl Writer {
+    pub(crate) async fn begin(store: &Store) -> Result<Writer, StoreError> {
+        let tx = store
+            .pool()
+            .begin()
+            .await
+            .map_err(q("starting a transaction"))?;
+        Ok(Writer {
+            tx,
+            known_descriptions: HashSet::new(),
+            now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        })
+    }
+
+    pub(crate) async fn write(&mut self, ts: &[Trajectory]) -> Result<u64, StoreError> {
+        let prepared: Vec<Prepared> = ts.par_iter().map(Prepared::new).collect();
+        self.write_prepared(&prepared).await
+    }
+
+    /// Writes a batch; returns how many trajectories were new.
+    async fn write_prepared(&mut self, batch: &[Prepared]) -> Result<u64, StoreError> {
+        // Description versions first: rows in `trajectory_tools` reference them.
+        let mut new_descriptions = Vec::new();
+        for p in batch {
+            for d in &p.descriptions {
+                if self.known_descriptions.insert(d.0.clone()) {
+                    new_descriptions.push(d);
+                }
+            }
+        }
+        for chunk in new_descriptions.chunks(DESCRIPTION_BATCH) {
+            let sql = insert_sql("descriptions", DESCRIPTION_COLS, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for (id, tool, description, schema) in chunk {
+                query = query
+                    .bind(id.as_str())
+                    .bind(tool.as_str())
+                    .bind(description.as_str())
+                    .bind(schema.as_str())
+                    .bind(self.now.as_str());
+            }
+            query
+                .execute(&mut *self.tx)
+                .await
+                .map_err(q("storing description versions"))?;
+        }
+        let mut added = 0;
+        for chunk in batch.chunks(TRAJECTORY_BATCH) {
+            let sql = insert_sql("trajectories", TRAJECTORY_COLS, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for p in chunk {
+                query = query
+                    .bind(p.id.as_str())
+                    .bind(p.source.as_str())
+                    .bind(p.task.as_str())
+                    .bind(p.final_answer.as_deref())
+                    .bind(p.score)
+                    .bind(p.success)
+                    .bind(p.feedback.as_deref())
+                    .bind(p.model.as_deref())
+                    .bind(p.client.as_deref())
+                    .bind(p.external_id.as_deref())
+                    .bind(p.started_at.as_deref())
+                    .bind(p.run_id.as_deref())
+                    .bind(p.candidate_id.as_deref())
+                    .bind(p.rollout)
+                    .bind(self.now.as_str())
+                    .bind(p.body.as_str());
+            }
+            added += query
+                .execute(&mut *self.tx)
+                .await
+                .map_err(q("storing trajectories"))?
+                .rows_affected();
+        }
+        let rows: Vec<(&str, i64, &str, &str, i64)> = batch
+            .iter()
+            .flat_map(|p| {
+                p.tools
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, (d, tool, calls))| {
+                        (p.id.as_str(), i as i64, d.as_str(), tool.as_str(), *calls)
+                    })
+            })
+            .collect();
+        for chunk in rows.chunks(TOOL_BATCH) {
+            let sql = insert_sql("trajectory_tools", TOOL_COLS, chunk.len());
+            let mut query = sqlx::query(&sql);
+            for (t, pos, d, tool, calls) in chunk {
+                query = query.bind(*t).bind(*pos).bind(*d).bind(*tool).bind(*calls);
+            }
+            query
+                .execute(&mut *self.tx)
+                .await
+                .map_err(q("storing tool lists"))?;
+        }
+        Ok(added)
+    }
+
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await.map_err(q("committing"))
+    }
+
+    pub(crate) async fn rollback(self) -> Result<(), StoreError> {
+        self.tx.rollback().await.map_err(q("rolling back"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_sql_numbers_parameters_row_by_row() {
+        assert_eq!(
+            insert_sql("t", &["a", "b"], 2),
+            "INSERT INTO t (a, b) VALUES ($1,$2),($3,$4) ON CONFLICT DO NOTHING"
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! The trace store against both backends: a SQLite file and the PostgreSQL that `scripts/test` starts
+//! (`TOOLTUNE_TEST_POSTGRES_URL`), each test in a fresh database.
+
+use serde_json::json;
+use std::io::Cursor;
+use tooltune_core::Trajectory;
+use tooltune_ingest::{ChunkReader, Format, FormatChoice, ReadOptions};
+use tooltune_store::{ImportOptions, Store, StoreError};
+
+/// A fresh store on one backend; dropping the PostgreSQL database is best-effort at the end of each test.
+struct TestDb {
+    store: Store,
+    pg_admin: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    async fn finish(self) {
+        self.store.close().await;
+        if let Some((admin, name)) = self.pg_admin {
+            // Best-effort: the cluster is a throwaway one, so a leftover database costs only disk.
+            let _ = drop_pg_database(&admin, &name).await;
+        }
+    }
+}
+
+fn admin_url_string() -> String {
+    std::env::var("TOOLTUNE_TEST_POSTGRES_URL").expect(
+        "TOOLTUNE_TEST_POSTGRES_URL must name a PostgreSQL server: run the tests through scripts/test, which starts one",
+    )
+}
+
+async fn drop_pg_database(admin: &str, name: &str) -> Result<(), sqlx::Error> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(admin).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut c)
+        .await?;
+    Ok(())
+}
+
+async fn sqlite() -> TestDb {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&dir.path().join("t.sqlite").display().to_string())
+        .await
+        .expect("open sqlite");
+    TestDb {
+        store,
+        pg_admin: None,
+        _dir: Some(dir),
+    }
+}
+
+async fn postgres() -> TestDb {
+    use sqlx::Connection;
+    let admin = admin_url_string();
+    let name = format!("tooltune_test_{}", uuid::Uuid::new_v4().simple());
+    let mut c = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test PostgreSQL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut c)
+        .await
+        .expect("create test database");
+    let (base, _) = admin.rsplit_once('/').expect("URL with a database path");
+    let store = Store::open(&format!("{base}/{name}"))
+        .await
+        .expect("open postgres");
+    TestDb {
+        store,
+        pg_admin: Some((admin, name)),
+        _dir: None,
+    }
+}
+
+fn trajectory(task: &str, called: &[&str], success: bool, docs_description: &str) -> Trajectory {
+    let steps: Vec<_> = called
+        .iter()
+        .enumerate()
+        .flat_map(|(i, name)| {
+            [
+                json!({"type": "model", "tool_calls": [{"id": format!("c{i}"), "name": name, "arguments": {"q": task}}]}),
+                json!({"type": "tool_result", "call_id": format!("c{i}"), "name": name, "content": "result"}),
+            ]
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "task": task,
+        "tools": [
+            {"name": "search_docs", "description": docs_description, "input_schema": {"type": "object"}},
+            {"name": "web_search", "description": "Search the web.", "input_schema": {"type": "object"}}
+        ],
+        "steps": steps,
+        "final_answer": "done",
+        "outcome": {"success": success},
+        "meta": {"source": "tooltune"}
+    }))
+    .expect("test trajectory")
+}
+
+fn jsonl(ts: &[Trajectory]) -> String {
+    ts.iter()
+        .map(|t| serde_json::to_string(t).expect("serialise"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn reader(text: String) -> ChunkReader<Cursor<Vec<u8>>> {
+    ChunkReader::new(
+        Cursor::new(text.into_bytes()),
+        "test.jsonl",
+        FormatChoice::Fixed(Format::Tooltune),
+        ReadOptions::default(),
+    )
+    .expect("reader")
+}
+
+fn sample() -> Vec<Trajectory> {
+    vec![
+        trajectory("retry limit of the billing SDK", &["search_docs"], true, "Search internal docs."),
+        trajectory("what sync_orders returns", &["web_search"], false, "Search internal docs."),
+        trajectory("weather in Paris", &["web_search"], true, "Search internal docs."),
+        trajectory("on-call runbook for db failover", &["search_docs", "search_docs"], false, "Search the engineering handbook and SDK references."),
+        trajectory("World Cup winner", &[], false, "Search the engineering handbook and SDK references."),
+    ]
+}
+
+async fn import_then_stats(db: TestDb) {
+    let s = &db.store;
+    let report = s
+        .import(reader(jsonl(&sample())), "test.jsonl", ImportOptions::default(), |_| {})
+        .await
+        .expect("import");
+    assert_eq!((report.records, report.added, report.already_present), (5, 5, 0));
+    // Three description versions: two of search_docs, one of web_search, each stored once.
+    assert_eq!(s.count_descriptions().await.expect("count"), 3);
+    let stats = s.tool_stats(None).await.expect("stats");
+    let total = |tool: &str| {
+        stats
+            .iter()
+            .find(|r| r.tool == tool && r.description_id.is_none())
+            .expect("total row")
+            .clone()
+    };
+    let docs = total("search_docs");
+    assert_eq!((docs.shown, docs.chosen, docs.calls), (5, 2, 3));
+    assert_eq!(
+        (docs.success_when_chosen.hits, docs.success_when_chosen.trials),
+        (1, 2)
+    );
+    let web = total("web_search");
+    assert_eq!((web.shown, web.chosen, web.calls), (5, 2, 2));
+    assert_eq!((web.success_when_chosen.hits, web.success_when_chosen.trials), (1, 2));
+    let versions: Vec<_> = stats
+        .iter()
+        .filter(|r| r.tool == "search_docs" && r.description_id.is_some())
+        .map(|r| (r.shown, r.chosen))
+        .collect();
+    assert_eq!(versions, vec![(3, 1), (2, 1)]);
+    let web_share = web.selection_share;
+    assert!(web_share.low < 0.4 && web_share.high > 0.4, "{web_share:?}");
+
+    // The same file again adds nothing.
+    let again = s
+        .import(reader(jsonl(&sample())), "test.jsonl", ImportOptions::default(), |_| {})
+        .await
+        .expect("re-import");
+    assert_eq!((again.added, again.already_present), (0, 5));
+    assert_eq!(s.count_trajectories().await.expect("count"), 5);
+
+    // A stored trajectory comes back whole, tool list included.
+    let original = &sample()[3];
+    let back = s
+        .trajectory(&original.id())
+        .await
+        .expect("load")
+        .expect("present");
+    assert_eq!(&back, original);
+    db.finish().await;
+}
+
+async fn invalid_file_is_rejected_whole(db: TestDb) {
+    let s = &db.store;
+    let mut text = jsonl(&sample());
+    text.push_str("\n{\"task\": \"truncated\", \"tools\": [");
+    text.push('\n');
+    text.push_str(&serde_json::to_string(&trajectory("later good one", &["web_search"], true, "x")).expect("json"));
+    let err = s
+        .import(reader(text.clone()), "bad.jsonl", ImportOptions::default(), |_| {})
+        .await
+        .expect_err("rejected");
+    match &err {
+        StoreError::Rejected { errors, .. } => {
+            assert_eq!(errors.len(), 1);
+            assert_eq!(errors[0].line, 6);
+        }
+        other => panic!("expected Rejected, got {other}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains("bad.jsonl:6"), "{msg}");
+    assert_eq!(s.count_trajectories().await.expect("count"), 0);
+    assert_eq!(s.count_descriptions().await.expect("count"), 0);
+
+    let report = s
+        .import(reader(text), "bad.jsonl", ImportOptions { skip_invalid: true }, |_| {})
+        .await
+        .expect("skip invalid");
+    assert_eq!((report.records, report.added, report.skipped.len()), (7, 6, 1));
+    assert_eq!(report.skipped[0].line, 6);
+    assert_eq!(s.count_trajectories().await.expect("count"), 6);
+    db.finish().await;
+}
+
+async fn insert_keeps_run_links(db: TestDb) {
+    let s = &db.store;
+    let mut t = trajectory("evaluated task", &["search_docs"], true, "Search internal docs.");
+    t.links.run_id = Some("run-1".into());
+    t.links.candidate_id = Some("cand-2".into());
+    t.links.rollout = Some(0);
+    assert_eq!(s.insert(std::slice::from_ref(&t)).await.expect("insert"), 1);
+    assert_eq!(s.insert(std::slice::from_ref(&t)).await.expect("insert"), 0);
+    let back = s.trajectory(&t.id()).await.expect("load").expect("present");
+    assert_eq!(back.links, t.links);
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_import_then_stats() {
+    import_then_stats(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_import_then_stats() {
+    import_then_stats(postgres().await).await;
+}
+#[tokio::test]
+async fn sqlite_invalid_file_is_rejected_whole() {
+    invalid_file_is_rejected_whole(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_invalid_file_is_rejected_whole() {
+    invalid_file_is_rejected_whole(postgres().await).await;
+}
+#[tokio::test]
+async fn sqlite_insert_keeps_run_links() {
+    insert_keeps_run_links(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_insert_keeps_run_links() {
+    insert_keeps_run_links(postgres().await).await;
+}
