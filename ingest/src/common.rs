@@ -99,7 +99,10 @@ pub(crate) fn content_text(v: &Value) -> Option<String> {
 /// Errors are `(path suffix, message)` so the caller can prefix where the message sits.
 pub(crate) fn chat_msg(v: &Value, default_role: &str) -> Result<ChatMsg, (String, String)> {
     let Value::Object(o) = v else {
-        return Err((String::new(), format!("expected a message object, found {}", kind(v))));
+        return Err((
+            String::new(),
+            format!("expected a message object, found {}", kind(v)),
+        ));
     };
     let role = match o.get("role") {
         Some(Value::String(r)) => r.clone(),
@@ -319,8 +322,6 @@ mod tests {
             rfc3339_from_nanos(1_748_855_702_120_000_000).as_deref(),
             Some("2025-06-02T09:15:02.120Z")
         );
-        assert!(
-            time_key("2025-06-02T09:15:02.5Z") > time_key("2025-06-02T11:15:02.4+02:00")
-        );
+        assert!(time_key("2025-06-02T09:15:02.5Z") > time_key("2025-06-02T11:15:02.4+02:00"));
     }
 }

@@ -146,7 +146,11 @@ fn gen_output(obs: &Observation, path: &str, line: u64) -> Result<ChatMsg, Recor
             text: Some(s.clone()),
             ..ChatMsg::default()
         }),
-        Some(v @ Value::Object(o)) if o.contains_key("role") || o.contains_key("tool_calls") || o.contains_key("content") => {
+        Some(v @ Value::Object(o))
+            if o.contains_key("role")
+                || o.contains_key("tool_calls")
+                || o.contains_key("content") =>
+        {
             chat_msg(v, "assistant")
                 .map_err(|(p, e)| RecordError::at(line, format!("{path}.output{p}"), e))
         }
@@ -397,11 +401,13 @@ fn outcome_from_scores(scores: &[Score]) -> Outcome {
         let number = s.value.as_ref().and_then(Value::as_f64);
         match s.data_type.as_deref() {
             Some("BOOLEAN") if out.success.is_none() => {
-                let flag = number.map(|v| v >= 0.5).or(match s.string_value.as_deref() {
-                    Some(v) if v.eq_ignore_ascii_case("true") => Some(true),
-                    Some(v) if v.eq_ignore_ascii_case("false") => Some(false),
-                    _ => None,
-                });
+                let flag = number
+                    .map(|v| v >= 0.5)
+                    .or(match s.string_value.as_deref() {
+                        Some(v) if v.eq_ignore_ascii_case("true") => Some(true),
+                        Some(v) if v.eq_ignore_ascii_case("false") => Some(false),
+                        _ => None,
+                    });
                 if flag.is_some() {
                     out.success = flag;
                     comments.extend(s.comment.clone());
@@ -429,7 +435,13 @@ mod tests {
 
     #[test]
     fn success_names_are_matched_by_word() {
-        for n in ["success", "task_success", "Correctness", "tool-correct", "accuracy"] {
+        for n in [
+            "success",
+            "task_success",
+            "Correctness",
+            "tool-correct",
+            "accuracy",
+        ] {
             assert!(names_success(n), "{n}");
         }
         for n in ["incorrect", "hallucination", "helpfulness", "user_feedback"] {

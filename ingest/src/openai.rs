@@ -144,7 +144,10 @@ fn message_text(m: &Message, path: &str, line: u64) -> Result<Option<String>, Re
         Some(other) => Err(RecordError::at(
             line,
             format!("{path}.content"),
-            format!("expected a string or an array of parts, found {}", kind(other)),
+            format!(
+                "expected a string or an array of parts, found {}",
+                kind(other)
+            ),
         )),
     }
 }

@@ -12,8 +12,8 @@ use crate::common::{
 };
 use crate::{Format, Parsed, RecordError};
 use rayon::prelude::*;
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -145,7 +145,8 @@ impl Visitor<'_> for IntVisitor {
 
 fn de_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = d.deserialize_any(IntVisitor)?;
-    u64::try_from(v).map_err(|_| de::Error::custom(format!("{v} is not a valid unsigned 64-bit time")))
+    u64::try_from(v)
+        .map_err(|_| de::Error::custom(format!("{v} is not a valid unsigned 64-bit time")))
 }
 
 fn de_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
@@ -224,7 +225,10 @@ impl SpanRec {
     }
 
     fn is_root(&self) -> bool {
-        self.span.parent_span_id.as_deref().is_none_or(str::is_empty)
+        self.span
+            .parent_span_id
+            .as_deref()
+            .is_none_or(str::is_empty)
     }
 
     fn attr(&self, key: &str) -> Option<(usize, &AnyValue)> {
@@ -281,7 +285,8 @@ impl SpanRec {
         let s = &self.span;
         Timing {
             started_at: rfc3339_from_nanos(s.start_time_unix_nano),
-            duration_ms: (s.end_time_unix_nano >= s.start_time_unix_nano && s.end_time_unix_nano > 0)
+            duration_ms: (s.end_time_unix_nano >= s.start_time_unix_nano
+                && s.end_time_unix_nano > 0)
                 .then(|| (s.end_time_unix_nano - s.start_time_unix_nano) as f64 / 1e6),
         }
     }
@@ -336,7 +341,7 @@ struct Pending {
 }
 
 enum Slot {
-    Ready(Parsed),
+    Ready(Box<Parsed>),
     Build {
         line: u64,
         trace_id: String,
@@ -381,10 +386,10 @@ impl Assembler {
             let spans = match res {
                 Ok(spans) => spans,
                 Err(e) => {
-                    slots.push(Slot::Ready(Parsed {
+                    slots.push(Slot::Ready(Box::new(Parsed {
                         line,
                         result: Err(e),
-                    }));
+                    })));
                     continue;
                 }
             };
@@ -421,7 +426,7 @@ impl Assembler {
                 }
             }
             for tid in late {
-                slots.push(Slot::Ready(Parsed {
+                slots.push(Slot::Ready(Box::new(Parsed {
                     line,
                     result: Err(RecordError::new(
                         line,
@@ -430,7 +435,7 @@ impl Assembler {
                             "spans of trace {tid} arrived after its root span completed the trace; they are ignored"
                         ),
                     )),
-                }));
+                })));
             }
             for tid in completed {
                 if let Some(p) = self.pending.remove(&tid) {
@@ -459,7 +464,7 @@ impl Assembler {
         slots
             .into_par_iter()
             .map(|slot| match slot {
-                Slot::Ready(p) => p,
+                Slot::Ready(p) => *p,
                 Slot::Build {
                     line,
                     trace_id,
@@ -485,44 +490,96 @@ struct OMsg {
     responses: Vec<(Option<String>, String)>,
 }
 
-fn messages(v: &Value, rec: &SpanRec, key: &str) -> Result<Vec<OMsg>, RecordError> {
-    let Value::Array(items) = v else {
-        return Err(rec.error(
-            "",
-            format!("`{key}` should be an array of messages, found {}", kind(v)),
-        ));
+/// A message as `gen_ai.*.messages` holds it, decoded without building a JSON map per message and part (these
+/// attributes carry the whole history on every chat span, so they dominate the cost of reading OTLP).
+#[derive(Deserialize)]
+struct LiteMsg {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    parts: Option<Vec<LitePart>>,
+    /// OpenAI-style fields, as older instrumentations wrote messages.
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LitePart {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(default)]
+    response: Option<Value>,
+    /// One example in the conventions names the response field `result`.
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+/// Decodes a messages attribute (`gen_ai.input.messages`, `gen_ai.output.messages`), recorded as a JSON string or
+/// structured. `None` when the span does not have it.
+fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> {
+    let Some((i, v)) = rec.attr(key) else {
+        return Ok(None);
     };
-    let mut out = Vec::with_capacity(items.len());
-    for (i, m) in items.iter().enumerate() {
-        let role = m
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("assistant")
-            .to_string();
-        if let Some(Value::Array(parts)) = m.get("parts") {
-            let mut texts: Vec<&str> = Vec::new();
+    let lite: Vec<LiteMsg> = match &v.string_value {
+        Some(s) => serde_json::from_str(s).map_err(|e| {
+            let what = match e.classify() {
+                serde_json::error::Category::Data => "does not follow the messages schema",
+                _ => "is not valid JSON",
+            };
+            rec.error(
+                &format!(".attributes[{i}].value.stringValue"),
+                format!("`{key}` {what}: {}", crate::common::json_message(&e)),
+            )
+        })?,
+        None => Vec::<LiteMsg>::deserialize(&v.to_json()).map_err(|e| {
+            rec.error(
+                &format!(".attributes[{i}].value"),
+                format!("`{key}` does not follow the messages schema: {e}"),
+            )
+        })?,
+    };
+    let mut out = Vec::with_capacity(lite.len());
+    for (n, m) in lite.into_iter().enumerate() {
+        let role = m.role.unwrap_or_else(|| "assistant".to_string());
+        if let Some(parts) = m.parts {
+            let mut texts: Vec<String> = Vec::new();
             let mut calls = Vec::new();
             let mut responses = Vec::new();
             for p in parts {
-                match p.get("type").and_then(Value::as_str) {
-                    Some("text") => texts.extend(p.get("content").and_then(Value::as_str)),
+                match p.kind.as_deref() {
+                    Some("text") => {
+                        if let Some(Value::String(t)) = p.content {
+                            texts.push(t);
+                        }
+                    }
                     Some("tool_call") => {
-                        let Some(name) = p.get("name").and_then(Value::as_str) else {
+                        let Some(name) = p.name else {
                             return Err(rec.error(
-                                "",
-                                format!("`{key}`[{i}]: a tool_call part has no name"),
+                                &format!(".attributes[{i}]"),
+                                format!("`{key}`[{n}]: a tool_call part has no name"),
                             ));
                         };
                         calls.push(ToolCall {
-                            id: p.get("id").and_then(Value::as_str).map(str::to_string),
-                            name: name.to_string(),
-                            arguments: arguments_value(p.get("arguments")),
+                            id: p.id,
+                            name,
+                            arguments: arguments_value(p.arguments.as_ref()),
                         });
                     }
                     Some("tool_call_response") => responses.push((
-                        p.get("id").and_then(Value::as_str).map(str::to_string),
-                        // The schema names the field `response`; one example in the conventions says `result`.
-                        value_to_text(p.get("response").or_else(|| p.get("result")).unwrap_or(&Value::Null)),
+                        p.id,
+                        value_to_text(&p.response.or(p.result).unwrap_or(Value::Null)),
                     )),
                     _ => {}
                 }
@@ -534,10 +591,15 @@ fn messages(v: &Value, rec: &SpanRec, key: &str) -> Result<Vec<OMsg>, RecordErro
                 responses,
             });
         } else {
-            let msg = chat_msg(m, "assistant")
-                .map_err(|(_, e)| rec.error("", format!("`{key}`[{i}]: {e}")))?;
+            let mut o = serde_json::Map::new();
+            o.insert("role".into(), Value::String(role));
+            o.insert("content".into(), m.content.unwrap_or(Value::Null));
+            o.insert("tool_calls".into(), m.tool_calls.unwrap_or(Value::Null));
+            let msg = chat_msg(&Value::Object(o), "assistant").map_err(|(_, e)| {
+                rec.error(&format!(".attributes[{i}]"), format!("`{key}`[{n}]: {e}"))
+            })?;
             let responses = if msg.role == "tool" {
-                vec![(msg.tool_call_id.clone(), msg.text.clone().unwrap_or_default())]
+                vec![(m.tool_call_id, msg.text.clone().unwrap_or_default())]
             } else {
                 Vec::new()
             };
@@ -549,7 +611,7 @@ fn messages(v: &Value, rec: &SpanRec, key: &str) -> Result<Vec<OMsg>, RecordErro
             });
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 fn system_text(v: &Value) -> Option<String> {
@@ -589,22 +651,32 @@ fn build(
 
     // Tools: every definition list in the trace (first definition of a name wins), then tools only seen executed.
     let mut tools: Vec<ToolSpec> = Vec::new();
+    // Instrumentations repeat the same definitions on every chat span; decode each distinct string once.
+    let mut seen_defs: HashSet<&str> = HashSet::new();
     for s in &spans {
+        if let Some((_, v)) = s.attr("gen_ai.tool.definitions")
+            && let Some(raw) = v.string_value.as_deref()
+            && !seen_defs.insert(raw)
+        {
+            continue;
+        }
         if let Some(v) = s.attr_json("gen_ai.tool.definitions")? {
             let Value::Array(defs) = &v else {
                 return Err(s.error(
                     "",
-                    format!("`gen_ai.tool.definitions` should be an array, found {}", kind(&v)),
+                    format!(
+                        "`gen_ai.tool.definitions` should be an array, found {}",
+                        kind(&v)
+                    ),
                 ));
             };
             add_tools(&mut tools, defs.iter().filter_map(tool_spec));
         }
     }
     for s in spans.iter().filter(|s| s.op() == "execute_tool") {
-        if let (Some(name), Some(description)) = (
-            tool_name(s),
-            s.attr_str("gen_ai.tool.description"),
-        ) {
+        if let (Some(name), Some(description)) =
+            (tool_name(s), s.attr_str("gen_ai.tool.description"))
+        {
             add_tools(
                 &mut tools,
                 [ToolSpec {
@@ -637,10 +709,7 @@ fn build(
             {
                 system = system_text(&v);
             }
-            let input = match s.attr_json("gen_ai.input.messages")? {
-                Some(v) => messages(&v, s, "gen_ai.input.messages")?,
-                None => Vec::new(),
-            };
+            let input = messages(s, "gen_ai.input.messages")?.unwrap_or_default();
             let mut users = 0usize;
             for m in &input {
                 match m.role.as_str() {
@@ -678,10 +747,7 @@ fn build(
                 }
             }
             users_seen = users_seen.max(users);
-            let output = match s.attr_json("gen_ai.output.messages")? {
-                Some(v) => messages(&v, s, "gen_ai.output.messages")?,
-                None => Vec::new(),
-            };
+            let output = messages(s, "gen_ai.output.messages")?.unwrap_or_default();
             // One output message per choice; the agent continued with the first.
             let (text, calls) = match output.into_iter().next() {
                 Some(m) => (m.text, m.calls),
@@ -715,7 +781,9 @@ fn build(
                     "an execute_tool span needs `gen_ai.tool.name` (or a name `execute_tool {tool}`)",
                 ));
             };
-            let result = s.attr_json("gen_ai.tool.call.result")?;
+            // A result recorded as a string is the text the tool returned (JSON or not); a structured one is
+            // shown as compact JSON.
+            let result = s.attr("gen_ai.tool.call.result").map(|(_, v)| v.to_json());
             let status_error = s.span.status.as_ref().is_some_and(|st| st.code == 2);
             let error_type = s.attr_str("error.type");
             let is_error = status_error || error_type.is_some();
@@ -743,8 +811,8 @@ fn build(
     // An agent that logged no chat span content may still have its input on the agent span.
     if task.is_none() {
         for s in &spans {
-            if let Some(v) = s.attr_json("gen_ai.input.messages")? {
-                task = messages(&v, s, "gen_ai.input.messages")?
+            if let Some(input) = messages(s, "gen_ai.input.messages")? {
+                task = input
                     .into_iter()
                     .find(|m| m.role == "user")
                     .and_then(|m| m.text);
@@ -768,12 +836,9 @@ fn build(
     let mut final_answer = last_answer(&steps);
     if final_answer.is_none()
         && let Some(r) = root
-        && let Some(v) = r.attr_json("gen_ai.output.messages")?
+        && let Some(output) = messages(r, "gen_ai.output.messages")?
     {
-        final_answer = messages(&v, r, "gen_ai.output.messages")?
-            .into_iter()
-            .next()
-            .and_then(|m| m.text);
+        final_answer = output.into_iter().next().and_then(|m| m.text);
     }
     let outcome = match root {
         Some(r) => outcome_of(r)?,

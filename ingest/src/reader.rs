@@ -147,7 +147,12 @@ impl<R: BufRead + Send> ChunkReader<R> {
                     let lines: Vec<(u64, Result<Vec<otel::SpanRec>, RecordError>)> = self
                         .recs
                         .par_iter()
-                        .map(|r| (r.line, text_of(r, data, max).and_then(|t| otel::parse_line(t, r.line))))
+                        .map(|r| {
+                            (
+                                r.line,
+                                text_of(r, data, max).and_then(|t| otel::parse_line(t, r.line)),
+                            )
+                        })
                         .collect();
                     self.otel.process(lines, at_eof)
                 }
