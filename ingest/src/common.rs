@@ -8,6 +8,12 @@ use tooltune_core::{Step, ToolCall, ToolSpec, Trajectory};
 
 /// Decodes one record with serde, reporting the JSON path of the first field that does not fit.
 pub(crate) fn from_json<T: DeserializeOwned>(text: &str, line: u64) -> Result<T, RecordError> {
+    // Path tracking wraps every nested value and costs about a third of the parse on records with large free-form
+    // JSON (message histories). Bad records are rare, so decode plainly first and only replay a failure with
+    // tracking to find its path.
+    if let Ok(value) = serde_json::from_str(text) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
