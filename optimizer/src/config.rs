@@ -1,0 +1,206 @@
+//! The search's configuration: which tools to mutate, minibatch and merge sizes, budget and stop conditions.
+
+use crate::OptimizerError;
+use serde::{Deserialize, Serialize};
+
+/// Limits on what a run may spend. Each is checked before every new action, so a run overshoots a limit by at
+/// most one action's worth.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Budget {
+    /// Rollouts (task plays) over all evaluations, as reported by the driver.
+    pub max_rollouts: Option<u64>,
+    /// Tokens (prompt and completion) spent by the reflector, including failed proposals.
+    pub max_reflection_tokens: Option<u64>,
+    /// Wall time of the run in milliseconds, as measured by the driver.
+    pub max_wall_ms: Option<u64>,
+}
+
+/// How the search runs. [`Config::new`] gives GEPA's defaults for a list of tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Tools under study, in the round-robin order in which their descriptions are mutated. Each must have a
+    /// description in the seed candidate; other tools in the seed are carried along unchanged.
+    pub tools: Vec<String>,
+    /// Training tasks per reflection minibatch (GEPA: 3).
+    pub minibatch_size: usize,
+    /// Most merges attempted in a run (GEPA: 5); 0 disables merging.
+    pub max_merges: u32,
+    /// Validation tasks a merged candidate is first tried on (GEPA: 5).
+    pub merge_subsample: usize,
+    /// A parent scoring at least this on every minibatch task has nothing to learn there: the reflection is
+    /// skipped (saving the reflector's tokens). `None` always reflects.
+    pub perfect_score: Option<f64>,
+    /// Spending limits.
+    pub budget: Budget,
+    /// Stop once the best candidate's mean validation score reaches this.
+    pub score_threshold: Option<f64>,
+    /// Stop after this many iterations in a row without a better best candidate.
+    pub patience: Option<u32>,
+    /// Stop after this many iterations (each is one reflection or one merge attempt).
+    pub max_iterations: Option<u32>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            tools: Vec::new(),
+            minibatch_size: 3,
+            max_merges: 5,
+            merge_subsample: 5,
+            perfect_score: Some(1.0),
+            budget: Budget::default(),
+            score_threshold: None,
+            patience: None,
+            max_iterations: None,
+        }
+    }
+}
+
+impl Config {
+    /// GEPA's defaults for these tools; set at least one limit (budget, patience or iterations) before use.
+    pub fn new(tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Config {
+            tools: tools.into_iter().map(Into::into).collect(),
+            ..Config::default()
+        }
+    }
+
+    /// Checks ranges and that the run can end on its own.
+    pub fn validate(&self) -> Result<(), OptimizerError> {
+        let bad = |field, reason: &str| {
+            Err(OptimizerError::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.tools.is_empty() {
+            return bad("tools", "is empty: name at least one tool under study");
+        }
+        for (i, t) in self.tools.iter().enumerate() {
+            if self.tools[..i].contains(t) {
+                return Err(OptimizerError::InvalidConfig {
+                    field: "tools",
+                    reason: format!("names {t:?} twice"),
+                });
+            }
+        }
+        if self.minibatch_size == 0 {
+            return bad("minibatch_size", "must be at least 1");
+        }
+        if self.max_merges > 0 && self.merge_subsample == 0 {
+            return bad("merge_subsample", "must be at least 1 when merging is on");
+        }
+        for (field, v) in [
+            ("perfect_score", self.perfect_score),
+            ("score_threshold", self.score_threshold),
+        ] {
+            if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+                return bad(field, "must lie in [0, 1]");
+            }
+        }
+        let b = &self.budget;
+        let bounded = b.max_rollouts.is_some()
+            || b.max_reflection_tokens.is_some()
+            || b.max_wall_ms.is_some()
+            || self.patience.is_some()
+            || self.max_iterations.is_some();
+        if !bounded {
+            return bad(
+                "budget",
+                "sets no limit: give max_rollouts, max_reflection_tokens, max_wall_ms, patience or max_iterations",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_gepas_and_need_a_limit() {
+        let c = Config::new(["search_docs"]);
+        assert_eq!(
+            (c.minibatch_size, c.max_merges, c.merge_subsample),
+            (3, 5, 5)
+        );
+        assert!(matches!(
+            c.validate(),
+            Err(OptimizerError::InvalidConfig {
+                field: "budget",
+                ..
+            })
+        ));
+        let c = Config {
+            patience: Some(3),
+            ..c
+        };
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let ok = Config {
+            max_iterations: Some(1),
+            ..Config::new(["a", "b"])
+        };
+        let field = |c: Config| match c.validate() {
+            Err(OptimizerError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(
+            field(Config {
+                tools: vec![],
+                ..ok.clone()
+            }),
+            "tools"
+        );
+        assert_eq!(
+            field(Config {
+                tools: vec!["a".into(), "a".into()],
+                ..ok.clone()
+            }),
+            "tools"
+        );
+        assert_eq!(
+            field(Config {
+                minibatch_size: 0,
+                ..ok.clone()
+            }),
+            "minibatch_size"
+        );
+        assert_eq!(
+            field(Config {
+                merge_subsample: 0,
+                ..ok.clone()
+            }),
+            "merge_subsample"
+        );
+        assert_eq!(
+            field(Config {
+                score_threshold: Some(1.5),
+                ..ok.clone()
+            }),
+            "score_threshold"
+        );
+        assert_eq!(
+            field(Config {
+                perfect_score: Some(-0.1),
+                ..ok.clone()
+            }),
+            "perfect_score"
+        );
+    }
+
+    #[test]
+    fn config_deserialises_with_defaults_and_rejects_unknown_fields() {
+        let c: Config =
+            serde_json::from_str(r#"{"tools": ["a"], "budget": {"max_rollouts": 100}}"#)
+                .expect("parses");
+        assert_eq!((c.minibatch_size, c.budget.max_rollouts), (3, Some(100)));
+        assert!(serde_json::from_str::<Config>(r#"{"tools": ["a"], "minibatch": 3}"#).is_err());
+    }
+}
