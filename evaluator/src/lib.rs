@@ -1,1 +1,149 @@
-//! The evaluator: being written (see ARCHITECTURE.md).
+//! The evaluator: re-runs candidate tool descriptions against real MCP servers.
+//!
+//! This crate holds the MCP client ([`mcp`]: stdio and Streamable HTTP servers kept alive across rollouts,
+//! both protocol eras, per-call timeouts, restarts) and the task suites ([`suite`]: a TOML format, its
+//! loader with precise errors, and the pure checks that score a rollout). The host agent loop that puts a
+//! model in front of these lives in further modules.
+
+pub mod mcp;
+pub mod suite;
+
+pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, Transport};
+pub use suite::{AnswerCheck, CheckResult, ReferenceCall, Split, Suite, Task};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that can go wrong in the evaluator.
+///
+/// [`EvalError::is_infrastructure`] separates failures of the machinery (a server that died, a timeout, a
+/// broken transport: the rollout says nothing about the candidate) from the rest. A tool that reports
+/// failure with MCP's `isError` is not an error at all: it is a [`CallOutcome`] with `is_error` set.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A suite file could not be read.
+    #[error("{}: cannot be read: {source}", file.display())]
+    SuiteRead {
+        /// The suite file.
+        file: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A suite file is malformed: names the file, the line when known, the task and the field.
+    #[error("{}", suite_location(file, *line, task.as_deref(), field.as_deref(), message))]
+    Suite {
+        /// The suite file.
+        file: PathBuf,
+        /// 1-based line of the offending text, when the parser knows it.
+        line: Option<usize>,
+        /// The task, as "`id` (#n)" or "#n" (1-based index) when it has no usable id.
+        task: Option<String>,
+        /// The field, as a dotted path (`answer.regex`, `server.command`).
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A server process could not be started.
+    #[error("server `{server}`: cannot start `{command}`: {message}")]
+    Spawn {
+        /// The server's name.
+        server: String,
+        /// The command that failed.
+        command: String,
+        /// Why.
+        message: String,
+    },
+    /// The protocol handshake (discover or initialize) failed or took too long.
+    #[error("server `{server}`: cannot connect: {message}")]
+    Connect {
+        /// The server's name.
+        server: String,
+        /// Why, including the last lines the server wrote to stderr when it is a child process.
+        message: String,
+    },
+    /// The server went away (process exited, connection closed) while in use or before it.
+    #[error("server `{server}` died: {message}")]
+    ServerDied {
+        /// The server's name.
+        server: String,
+        /// What was seen, including the last lines the server wrote to stderr when it is a child process.
+        message: String,
+    },
+    /// A tool call got no answer within its timeout.
+    #[error("server `{server}`: tool `{tool}` did not answer within {after:?}")]
+    Timeout {
+        /// The server's name.
+        server: String,
+        /// The tool that was called.
+        tool: String,
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// The transport failed without the server being known to be dead (e.g. an HTTP error).
+    #[error("server `{server}`: transport error: {message}")]
+    Transport {
+        /// The server's name.
+        server: String,
+        /// Why.
+        message: String,
+    },
+    /// The server answered something the protocol does not allow here.
+    #[error("server `{server}`: protocol error: {message}")]
+    Protocol {
+        /// The server's name.
+        server: String,
+        /// What was received.
+        message: String,
+    },
+    /// The server refused a tool call with a JSON-RPC error (unknown tool, invalid arguments), or the
+    /// arguments were not a JSON object. This is the caller's (the model's) doing, not infrastructure: the
+    /// host shows the message to the model as a failed tool result.
+    #[error("server `{server}` rejected the call of tool `{tool}`: {message}")]
+    ToolRejected {
+        /// The server's name.
+        server: String,
+        /// The tool that was called.
+        tool: String,
+        /// The server's message.
+        message: String,
+    },
+    /// An environment variable the configuration names is not set. Its value is never shown.
+    #[error("environment variable `{var}` ({purpose}) is not set")]
+    MissingEnv {
+        /// The variable's name.
+        var: String,
+        /// What it was needed for.
+        purpose: String,
+    },
+}
+
+impl EvalError {
+    /// True when the failure is the machinery's (server died, timeout, transport, protocol, start-up,
+    /// configuration), so a rollout that hit it must be recorded as an infrastructure error rather than
+    /// as the candidate description's failure.
+    pub fn is_infrastructure(&self) -> bool {
+        !matches!(self, EvalError::ToolRejected { .. })
+    }
+}
+
+fn suite_location(
+    file: &std::path::Path,
+    line: Option<usize>,
+    task: Option<&str>,
+    field: Option<&str>,
+    message: &str,
+) -> String {
+    let mut s = file.display().to_string();
+    if let Some(l) = line {
+        s.push_str(&format!(":{l}"));
+    }
+    if let Some(t) = task {
+        s.push_str(&format!(": task {t}"));
+    }
+    if let Some(f) = field {
+        s.push_str(&format!(": field `{f}`"));
+    }
+    s.push_str(": ");
+    s.push_str(message);
+    s
+}

@@ -1,0 +1,1236 @@
+//! Task suites: the TOML format (documented in docs/suite-format.md), its loader, and the pure checks
+//! that score one rollout.
+//!
+//! Loading is strict because a typo in a suite silently changes what is measured: unknown fields are
+//! refused, every task needs at least one check, ids are unique, regexes compile, and an error names the
+//! file, the line when the parser knows it, the task (id and 1-based index) and the field.
+
+use crate::EvalError;
+use crate::mcp::{ProtocolPref, ServerSpec, Transport};
+use regex::{Regex, RegexBuilder};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tooltune_core::ToolSpec;
+
+/// Step limit of a task that sets none and whose suite sets none.
+pub const DEFAULT_MAX_STEPS: u32 = 8;
+
+/// Which part of the data a task belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Seen by the optimiser (reflection reads these rollouts).
+    Train,
+    /// Used to accept or reject candidates (Pareto set).
+    Validation,
+    /// Held out for the final report.
+    Test,
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Split::Train => "train",
+            Split::Validation => "validation",
+            Split::Test => "test",
+        })
+    }
+}
+
+/// Checks on the final answer. All that are set must pass.
+#[derive(Debug, Clone)]
+pub struct AnswerCheck {
+    /// The answer, trimmed (and without one trailing period), equals this.
+    pub exact: Option<String>,
+    /// The regex matches somewhere in the answer (anchor it with `^...$` for the whole answer).
+    pub regex: Option<Regex>,
+    /// Some number in the answer equals this, within `tolerance` (`69,504` reads as 69504).
+    pub number: Option<f64>,
+    /// Absolute tolerance of `number`.
+    pub tolerance: f64,
+    /// Every one of these strings occurs in the answer.
+    pub contains: Vec<String>,
+    /// Compare text case-insensitively (default true).
+    pub ignore_case: bool,
+}
+
+/// A tool call that solves (part of) a task, used to prove the task is solvable on its server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReferenceCall {
+    /// The tool to call.
+    pub tool: String,
+    /// Its arguments.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// One task of a suite.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// Unique id within the suite.
+    pub id: String,
+    /// The user's request.
+    pub prompt: String,
+    /// Train, validation or test.
+    pub split: Split,
+    /// The tool this task belongs to (the one that should be chosen first), for selection rate and
+    /// off-target counts; `None` for tasks that need no tool.
+    pub owner: Option<String>,
+    /// Checks on the final answer.
+    pub answer: Option<AnswerCheck>,
+    /// Tools that must be called.
+    pub expect_tools: Vec<String>,
+    /// Whether `expect_tools` must be called in the listed order (as a subsequence of the calls).
+    pub expect_order: bool,
+    /// Tools that must not be called.
+    pub forbid_tools: Vec<String>,
+    /// Most model turns the agent gets.
+    pub max_steps: u32,
+    /// Tool calls that solve the task; the last one's result contains the answer.
+    pub reference: Vec<ReferenceCall>,
+}
+
+/// The verdict of [`Task::check`] on one rollout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckResult {
+    /// Every check passed.
+    pub success: bool,
+    /// Fraction of check groups (answer, expected tools, forbidden tools) that passed, in [0, 1].
+    pub score: f64,
+    /// What passed and what failed, concretely enough for a reflection model to act on.
+    pub feedback: String,
+}
+
+/// A loaded, validated suite.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    /// The suite file.
+    pub path: PathBuf,
+    /// Its folder (`${SUITE_DIR}`).
+    pub dir: PathBuf,
+    /// The suite's name (its `name` field, or the file name without extension).
+    pub name: String,
+    /// Free-text description.
+    pub description: Option<String>,
+    /// How to start or reach the server, with variables expanded.
+    pub server: ServerSpec,
+    /// The tools whose descriptions are being optimised.
+    pub tools_under_study: Vec<String>,
+    /// Tools the server offers that the agent must not see (e.g. ones that write files).
+    pub hide_tools: Vec<String>,
+    /// The tasks, in file order.
+    pub tasks: Vec<Task>,
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Raw file format
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSuite {
+    name: Option<String>,
+    description: Option<String>,
+    server: RawServer,
+    tools_under_study: Vec<String>,
+    #[serde(default)]
+    hide_tools: Vec<String>,
+    max_steps: Option<u32>,
+    #[serde(default)]
+    task: Vec<RawTask>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    pass_env: Vec<String>,
+    cwd: Option<String>,
+    url: Option<String>,
+    bearer_token_env: Option<String>,
+    protocol: Option<String>,
+    connect_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    id: String,
+    prompt: String,
+    split: Split,
+    owner: Option<String>,
+    answer: Option<RawAnswer>,
+    #[serde(default)]
+    expect_tools: Vec<String>,
+    expect_order: Option<bool>,
+    #[serde(default)]
+    forbid_tools: Vec<String>,
+    max_steps: Option<u32>,
+    #[serde(default)]
+    reference: Vec<ReferenceCall>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnswer {
+    exact: Option<String>,
+    regex: Option<String>,
+    number: Option<f64>,
+    tolerance: Option<f64>,
+    contains: Option<OneOrMany>,
+    ignore_case: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Loading
+
+struct Ctx<'a> {
+    file: &'a Path,
+    ids: Vec<Option<String>>,
+}
+
+impl Ctx<'_> {
+    fn task_label(&self, index: usize) -> String {
+        match self.ids.get(index).cloned().flatten() {
+            Some(id) if !id.is_empty() => format!("`{id}` (#{})", index + 1),
+            _ => format!("#{}", index + 1),
+        }
+    }
+
+    fn err(
+        &self,
+        task: Option<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> EvalError {
+        EvalError::Suite {
+            file: self.file.to_path_buf(),
+            line: None,
+            task: task.map(|i| self.task_label(i)),
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+impl Suite {
+    /// Loads and validates a suite file, expanding `${SUITE_DIR}`, `${TOOLTUNE_THIRD_PARTY}` and
+    /// `${TOOLTUNE_BIN_DIR}` in the server section.
+    pub fn load(path: impl AsRef<Path>) -> Result<Suite, EvalError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| EvalError::SuiteRead {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Suite::parse(path, &text)
+    }
+
+    /// Parses suite text as if read from `path` (which sets `${SUITE_DIR}` and names errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Suite, EvalError> {
+        // First pass: plain TOML, for syntax errors and to learn the task ids, so that a later error in
+        // task 7 can say "task `contractor-weather-porto` (#7)".
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| EvalError::Suite {
+                file: path.to_path_buf(),
+                line: e.span().map(|s| line_of(text, s.start)),
+                task: None,
+                field: None,
+                message: e.message().trim().to_string(),
+            })?;
+        let ids = table
+            .get("task")
+            .and_then(|t| t.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|t| t.get("id").and_then(|v| v.as_str()).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ctx = Ctx { file: path, ids };
+
+        let de = toml::Deserializer::parse(text).map_err(|e| EvalError::Suite {
+            file: path.to_path_buf(),
+            line: e.span().map(|s| line_of(text, s.start)),
+            task: None,
+            field: None,
+            message: e.message().trim().to_string(),
+        })?;
+        let raw: RawSuite = serde_path_to_error::deserialize(de).map_err(|e| {
+            let (task, field) = split_path(&e.path().to_string());
+            EvalError::Suite {
+                file: path.to_path_buf(),
+                line: e.inner().span().map(|s| line_of(text, s.start)),
+                task: task.map(|i| ctx.task_label(i)),
+                field,
+                message: e.inner().message().trim().to_string(),
+            }
+        })?;
+        Suite::from_raw(path, raw, &ctx)
+    }
+
+    fn from_raw(path: &Path, raw: RawSuite, ctx: &Ctx) -> Result<Suite, EvalError> {
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = dir.canonicalize().unwrap_or(dir);
+        let name = raw.name.clone().unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "suite".into())
+        });
+        if raw.tools_under_study.is_empty() {
+            return Err(ctx.err(None, "tools_under_study", "lists no tool"));
+        }
+        let suite_max = raw.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
+        if suite_max == 0 {
+            return Err(ctx.err(None, "max_steps", "must be at least 1"));
+        }
+        let server = server_spec(&name, &raw.server, &dir, ctx)?;
+
+        let mut seen = HashSet::new();
+        let mut tasks = Vec::with_capacity(raw.task.len());
+        for (i, t) in raw.task.into_iter().enumerate() {
+            let task = build_task(i, t, suite_max, ctx)?;
+            if !seen.insert(task.id.clone()) {
+                return Err(ctx.err(
+                    Some(i),
+                    "id",
+                    format!("duplicate id `{}` (ids must be unique)", task.id),
+                ));
+            }
+            tasks.push(task);
+        }
+        if tasks.is_empty() {
+            return Err(ctx.err(None, "task", "the suite has no [[task]]"));
+        }
+        Ok(Suite {
+            path: path.to_path_buf(),
+            dir,
+            name,
+            description: raw.description,
+            server,
+            tools_under_study: raw.tools_under_study,
+            hide_tools: raw.hide_tools,
+            tasks,
+        })
+    }
+
+    /// The tasks of one split, in file order.
+    pub fn split(&self, split: Split) -> impl Iterator<Item = &Task> {
+        self.tasks.iter().filter(move |t| t.split == split)
+    }
+
+    /// A task by id.
+    pub fn task(&self, id: &str) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.id == id)
+    }
+
+    /// The server's tool list without the hidden tools: what the agent may see.
+    pub fn visible_tools(&self, tools: Vec<ToolSpec>) -> Vec<ToolSpec> {
+        tools
+            .into_iter()
+            .filter(|t| !self.hide_tools.contains(&t.name))
+            .collect()
+    }
+
+    /// Checks that every tool the suite names (tools under study, hidden tools, owners, expected,
+    /// forbidden and reference tools) exists on the server, whose tool list is given.
+    pub fn check_tool_names(&self, server_tools: &[ToolSpec]) -> Result<(), EvalError> {
+        let have: HashSet<&str> = server_tools.iter().map(|t| t.name.as_str()).collect();
+        let list = || {
+            let mut v: Vec<&str> = have.iter().copied().collect();
+            v.sort();
+            v.join(", ")
+        };
+        let ctx = Ctx {
+            file: &self.path,
+            ids: self.tasks.iter().map(|t| Some(t.id.clone())).collect(),
+        };
+        for (field, names) in [
+            ("tools_under_study", &self.tools_under_study),
+            ("hide_tools", &self.hide_tools),
+        ] {
+            for n in names {
+                if !have.contains(n.as_str()) {
+                    return Err(ctx.err(
+                        None,
+                        field,
+                        format!("tool `{n}` is not offered by the server ({})", list()),
+                    ));
+                }
+            }
+        }
+        for (i, t) in self.tasks.iter().enumerate() {
+            let named = t
+                .owner
+                .iter()
+                .map(|o| ("owner", o))
+                .chain(t.expect_tools.iter().map(|n| ("expect_tools", n)))
+                .chain(t.forbid_tools.iter().map(|n| ("forbid_tools", n)))
+                .chain(t.reference.iter().map(|r| ("reference.tool", &r.tool)));
+            for (field, n) in named {
+                if !have.contains(n.as_str()) {
+                    return Err(ctx.err(
+                        Some(i),
+                        field,
+                        format!("tool `{n}` is not offered by the server ({})", list()),
+                    ));
+                }
+                if self.hide_tools.contains(n) && field != "forbid_tools" {
+                    return Err(ctx.err(
+                        Some(i),
+                        field,
+                        format!("tool `{n}` is hidden from the agent (hide_tools)"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a serde path such as `task[3].answer.regex` into the task index and the field inside it.
+fn split_path(path: &str) -> (Option<usize>, Option<String>) {
+    if let Some(rest) = path.strip_prefix("task[")
+        && let Some(close) = rest.find(']')
+        && let Ok(i) = rest[..close].parse::<usize>()
+    {
+        let field = rest[close + 1..].trim_start_matches('.');
+        return (
+            Some(i),
+            if field.is_empty() {
+                None
+            } else {
+                Some(field.to_string())
+            },
+        );
+    }
+    let field = if path.is_empty() || path == "." {
+        None
+    } else {
+        Some(path.to_string())
+    };
+    (None, field)
+}
+
+fn server_spec(
+    name: &str,
+    raw: &RawServer,
+    suite_dir: &Path,
+    ctx: &Ctx,
+) -> Result<ServerSpec, EvalError> {
+    let expand =
+        |field: &str, s: &str| expand_vars(s, suite_dir).map_err(|m| ctx.err(None, field, m));
+    let protocol = match &raw.protocol {
+        None => ProtocolPref::Auto,
+        Some(p) => ProtocolPref::parse(p).map_err(|m| ctx.err(None, "server.protocol", m))?,
+    };
+    let connect_timeout = match raw.connect_timeout_secs {
+        None => Duration::from_secs(30),
+        Some(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s),
+        Some(s) => {
+            return Err(ctx.err(
+                None,
+                "server.connect_timeout_secs",
+                format!("{s} is not a positive number of seconds"),
+            ));
+        }
+    };
+    let transport = match (&raw.command, &raw.url) {
+        (Some(_), Some(_)) => {
+            return Err(ctx.err(
+                None,
+                "server",
+                "give either `command` (stdio) or `url` (Streamable HTTP), not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ctx.err(
+                None,
+                "server",
+                "give `command` (stdio) or `url` (Streamable HTTP)",
+            ));
+        }
+        (Some(command), None) => {
+            if raw.bearer_token_env.is_some() {
+                return Err(ctx.err(
+                    None,
+                    "server.bearer_token_env",
+                    "applies to `url` servers only",
+                ));
+            }
+            if command.trim().is_empty() {
+                return Err(ctx.err(None, "server.command", "is empty"));
+            }
+            let mut env = BTreeMap::new();
+            for (k, v) in &raw.env {
+                env.insert(k.clone(), expand(&format!("server.env.{k}"), v)?);
+            }
+            let mut args = Vec::with_capacity(raw.args.len());
+            for (i, a) in raw.args.iter().enumerate() {
+                args.push(expand(&format!("server.args[{i}]"), a)?);
+            }
+            Transport::Stdio {
+                command: expand("server.command", command)?,
+                args,
+                env,
+                pass_env: raw.pass_env.clone(),
+                cwd: raw
+                    .cwd
+                    .as_deref()
+                    .map(|c| expand("server.cwd", c).map(PathBuf::from))
+                    .transpose()?,
+            }
+        }
+        (None, Some(url)) => {
+            for (field, set) in [
+                ("server.args", !raw.args.is_empty()),
+                ("server.env", !raw.env.is_empty()),
+                ("server.pass_env", !raw.pass_env.is_empty()),
+                ("server.cwd", raw.cwd.is_some()),
+            ] {
+                if set {
+                    return Err(ctx.err(None, field, "applies to `command` servers only"));
+                }
+            }
+            let url = expand("server.url", url)?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ctx.err(
+                    None,
+                    "server.url",
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+            Transport::Http {
+                url,
+                bearer_token_env: raw.bearer_token_env.clone(),
+            }
+        }
+    };
+    Ok(ServerSpec {
+        name: name.to_string(),
+        transport,
+        protocol,
+        connect_timeout,
+    })
+}
+
+/// The directory holding tooltune's binaries (and the example servers built beside them):
+/// `TOOLTUNE_BIN_DIR` when set, else the running executable's folder (leaving cargo's `deps/`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TOOLTUNE_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Where `datasets/setup.sh` installs third-party servers for suites in `suite_dir`:
+/// `TOOLTUNE_THIRD_PARTY` when set, else `.third-party` beside the suite folder.
+pub fn third_party_dir(suite_dir: &Path) -> PathBuf {
+    match std::env::var_os("TOOLTUNE_THIRD_PARTY") {
+        Some(d) => PathBuf::from(d),
+        None => suite_dir.join("..").join(".third-party"),
+    }
+}
+
+/// Expands `${SUITE_DIR}`, `${TOOLTUNE_THIRD_PARTY}` and `${TOOLTUNE_BIN_DIR}`; any other `${...}` is an
+/// error, so that a suite cannot quietly read the host's environment.
+fn expand_vars(s: &str, suite_dir: &Path) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("unclosed `${{` in {s:?}"));
+        };
+        let var = &after[..end];
+        let value = match var {
+            "SUITE_DIR" => suite_dir.to_path_buf(),
+            "TOOLTUNE_THIRD_PARTY" => third_party_dir(suite_dir),
+            "TOOLTUNE_BIN_DIR" => bin_dir(),
+            other => {
+                return Err(format!(
+                    "unknown variable `${{{other}}}`; known: ${{SUITE_DIR}}, ${{TOOLTUNE_THIRD_PARTY}}, ${{TOOLTUNE_BIN_DIR}} (use server.pass_env to pass a host variable to the server)"
+                ));
+            }
+        };
+        out.push_str(&value.to_string_lossy());
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn build_task(i: usize, t: RawTask, suite_max: u32, ctx: &Ctx) -> Result<Task, EvalError> {
+    let e = |field: &str, msg: String| ctx.err(Some(i), field, msg);
+    if t.id.trim().is_empty() {
+        return Err(e("id", "is empty".into()));
+    }
+    if t.id.chars().any(char::is_whitespace) {
+        return Err(e("id", format!("{:?} contains whitespace", t.id)));
+    }
+    if t.prompt.trim().is_empty() {
+        return Err(e("prompt", "is empty".into()));
+    }
+    let max_steps = t.max_steps.unwrap_or(suite_max);
+    if max_steps == 0 {
+        return Err(e("max_steps", "must be at least 1".into()));
+    }
+    let answer = match t.answer {
+        None => None,
+        Some(a) => Some(build_answer(a, &e)?),
+    };
+    if answer.is_none() && t.expect_tools.is_empty() && t.forbid_tools.is_empty() {
+        return Err(e(
+            "answer",
+            "the task has no check: give `answer.*`, `expect_tools` or `forbid_tools`".into(),
+        ));
+    }
+    for n in &t.expect_tools {
+        if t.forbid_tools.contains(n) {
+            return Err(e(
+                "forbid_tools",
+                format!("tool `{n}` is both expected and forbidden"),
+            ));
+        }
+    }
+    if let Some(o) = &t.owner
+        && t.forbid_tools.contains(o)
+    {
+        return Err(e(
+            "owner",
+            format!("the owner `{o}` is also in forbid_tools"),
+        ));
+    }
+    for (j, r) in t.reference.iter().enumerate() {
+        if !r.arguments.is_object() {
+            return Err(e(
+                &format!("reference[{j}].arguments"),
+                "must be a table".into(),
+            ));
+        }
+    }
+    Ok(Task {
+        id: t.id,
+        prompt: t.prompt,
+        split: t.split,
+        owner: t.owner,
+        answer,
+        expect_tools: t.expect_tools,
+        expect_order: t.expect_order.unwrap_or(true),
+        forbid_tools: t.forbid_tools,
+        max_steps,
+        reference: t.reference,
+    })
+}
+
+fn build_answer(
+    a: RawAnswer,
+    e: &impl Fn(&str, String) -> EvalError,
+) -> Result<AnswerCheck, EvalError> {
+    let ignore_case = a.ignore_case.unwrap_or(true);
+    let regex = match &a.regex {
+        None => None,
+        Some(r) => Some(
+            RegexBuilder::new(r)
+                .case_insensitive(ignore_case)
+                .build()
+                .map_err(|err| e("answer.regex", format!("does not compile: {err}")))?,
+        ),
+    };
+    if let Some(n) = a.number
+        && !n.is_finite()
+    {
+        return Err(e("answer.number", format!("{n} is not a finite number")));
+    }
+    let tolerance = a.tolerance.unwrap_or(0.0);
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        return Err(e(
+            "answer.tolerance",
+            format!("{tolerance} is not a non-negative number"),
+        ));
+    }
+    if a.tolerance.is_some() && a.number.is_none() {
+        return Err(e(
+            "answer.tolerance",
+            "applies to `answer.number`, which is not set".into(),
+        ));
+    }
+    let contains = match a.contains {
+        None => Vec::new(),
+        Some(OneOrMany::One(s)) => vec![s],
+        Some(OneOrMany::Many(v)) => v,
+    };
+    if contains.iter().any(|s| s.is_empty()) {
+        return Err(e("answer.contains", "holds an empty string".into()));
+    }
+    if let Some(x) = &a.exact
+        && x.trim().is_empty()
+    {
+        return Err(e("answer.exact", "is empty".into()));
+    }
+    let check = AnswerCheck {
+        exact: a.exact,
+        regex,
+        number: a.number,
+        tolerance,
+        contains,
+        ignore_case,
+    };
+    if check.is_empty() {
+        return Err(e(
+            "answer",
+            "sets no check: give exact, regex, number or contains".into(),
+        ));
+    }
+    Ok(check)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checking
+
+/// The numbers in a text, in order. Thousands separators are understood (`69,504` is 69504); a `-`
+/// counts as a sign only at the start or after a space or bracket, so dates (`2026-09-01`) and ranges
+/// (`10-12`) yield positive numbers.
+pub fn numbers_in(text: &str) -> Vec<f64> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        // A digit glued to a letter or an underscore (v2, QM-4092 is fine, x86) is part of a name.
+        if i > 0 && (bytes[i - 1].is_ascii_alphabetic() || bytes[i - 1] == b'_') {
+            while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                i += 1;
+            }
+            continue;
+        }
+        let start = i;
+        let negative = start > 0
+            && bytes[start - 1] == b'-'
+            && (start == 1
+                || matches!(bytes[start - 2], b' ' | b'(' | b'=' | b':' | b'\n' | b'\t'));
+        let mut digits = String::new();
+        // Integer part, with thousands groups only when every group has exactly three digits.
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            digits.push(bytes[i] as char);
+            i += 1;
+        }
+        // Thousands groups (`69,504`) only after a lead of at most three digits, and only groups of
+        // exactly three digits: "4, 48000" and "1,2345" are separate numbers.
+        if digits.len() <= 3 {
+            while i + 3 < bytes.len()
+                && bytes[i] == b','
+                && bytes[i + 1..i + 4].iter().all(u8::is_ascii_digit)
+                && (i + 4 == bytes.len() || !bytes[i + 4].is_ascii_digit())
+            {
+                digits.extend(bytes[i + 1..i + 4].iter().map(|b| *b as char));
+                i += 4;
+            }
+        }
+        if i + 1 < bytes.len() && bytes[i] == b'.' && bytes[i + 1].is_ascii_digit() {
+            digits.push('.');
+            i += 1;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                digits.push(bytes[i] as char);
+                i += 1;
+            }
+        }
+        if let Ok(v) = digits.parse::<f64>() {
+            out.push(if negative { -v } else { v });
+        }
+    }
+    out
+}
+
+fn normalise(s: &str, ignore_case: bool) -> String {
+    let t = s.trim();
+    let t = t.strip_suffix('.').unwrap_or(t).trim();
+    if ignore_case {
+        t.to_lowercase()
+    } else {
+        t.to_string()
+    }
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x}")
+    }
+}
+
+impl AnswerCheck {
+    fn is_empty(&self) -> bool {
+        self.exact.is_none()
+            && self.regex.is_none()
+            && self.number.is_none()
+            && self.contains.is_empty()
+    }
+
+    fn case(&self, s: &str) -> String {
+        if self.ignore_case {
+            s.to_lowercase()
+        } else {
+            s.to_string()
+        }
+    }
+
+    /// Checks a final answer; returns the failures (empty when it passes).
+    pub fn failures(&self, answer: &str) -> Vec<String> {
+        let mut fails = Vec::new();
+        if let Some(x) = &self.exact
+            && normalise(answer, self.ignore_case) != normalise(x, self.ignore_case)
+        {
+            fails.push(format!("expected exactly {x:?}"));
+        }
+        if let Some(r) = &self.regex
+            && !r.is_match(answer)
+        {
+            fails.push(format!("expected text matching /{}/", r.as_str()));
+        }
+        if let Some(n) = self.number {
+            let found = numbers_in(answer);
+            if !found.iter().any(|got| (got - n).abs() <= self.tolerance) {
+                let tol = if self.tolerance > 0.0 {
+                    format!(" (±{})", self.tolerance)
+                } else {
+                    String::new()
+                };
+                fails.push(if found.is_empty() {
+                    format!(
+                        "expected the number {}{tol}, but the answer contains no number",
+                        fmt_num(n)
+                    )
+                } else {
+                    format!(
+                        "expected the number {}{tol}, but the answer's numbers are {}",
+                        fmt_num(n),
+                        found
+                            .iter()
+                            .map(|x| fmt_num(*x))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                });
+            }
+        }
+        let hay = self.case(answer);
+        let missing: Vec<&str> = self
+            .contains
+            .iter()
+            .filter(|c| !hay.contains(&self.case(c)))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            fails.push(format!("expected the answer to mention {missing:?}"));
+        }
+        fails
+    }
+
+    /// Whether the expected answer can be found anywhere in `text` (a tool result, say): the exact
+    /// string or every `contains` string occurs, the regex matches, or some number equals `number`.
+    /// Used to prove a task is solvable with its owner tool and not with the others.
+    pub fn found_in(&self, text: &str) -> bool {
+        let hay = self.case(text);
+        let exact = self
+            .exact
+            .as_ref()
+            .is_none_or(|x| hay.contains(&normalise(x, self.ignore_case)));
+        let regex = self.regex.as_ref().is_none_or(|r| r.is_match(text));
+        let number = self.number.is_none_or(|n| {
+            numbers_in(text)
+                .iter()
+                .any(|got| (got - n).abs() <= self.tolerance)
+        });
+        let contains = self.contains.iter().all(|c| hay.contains(&self.case(c)));
+        exact && regex && number && contains
+    }
+
+    /// A short description of the expected answer, for feedback.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(x) = &self.exact {
+            parts.push(format!("exactly {x:?}"));
+        }
+        if let Some(r) = &self.regex {
+            parts.push(format!("/{}/", r.as_str()));
+        }
+        if let Some(n) = self.number {
+            parts.push(format!("the number {}", fmt_num(n)));
+        }
+        if !self.contains.is_empty() {
+            parts.push(format!("mentioning {:?}", self.contains));
+        }
+        parts.join(" and ")
+    }
+}
+
+/// Whether `want` occurs in `calls` as a subsequence (in order, gaps allowed).
+fn is_subsequence<S: AsRef<str>>(want: &[String], calls: &[S]) -> bool {
+    let mut it = calls.iter();
+    want.iter()
+        .all(|w| it.by_ref().any(|c| c.as_ref() == w.as_str()))
+}
+
+impl Task {
+    /// Scores one rollout from its final answer (`None` when the agent gave none, e.g. it ran out of
+    /// steps) and the names of the tools it called, in order. Pure: no IO, no model.
+    pub fn check<S: AsRef<str>>(
+        &self,
+        final_answer: Option<&str>,
+        tools_called: &[S],
+    ) -> CheckResult {
+        let called: Vec<&str> = tools_called.iter().map(AsRef::as_ref).collect();
+        let called_text = if called.is_empty() {
+            "no tool".to_string()
+        } else {
+            called.join(" -> ")
+        };
+        let mut groups = 0usize;
+        let mut passed = 0usize;
+        let mut fails: Vec<String> = Vec::new();
+        let mut oks: Vec<String> = Vec::new();
+
+        if let Some(a) = &self.answer {
+            groups += 1;
+            match final_answer {
+                None => fails.push(format!("no final answer (expected {})", a.describe())),
+                Some(ans) => {
+                    let f = a.failures(ans);
+                    if f.is_empty() {
+                        passed += 1;
+                        oks.push(format!("answer is {}", a.describe()));
+                    } else {
+                        fails.extend(f.into_iter().map(|m| format!("answer: {m}")));
+                    }
+                }
+            }
+        }
+        if !self.expect_tools.is_empty() {
+            groups += 1;
+            let ok = if self.expect_order {
+                is_subsequence(&self.expect_tools, &called)
+            } else {
+                self.expect_tools
+                    .iter()
+                    .all(|t| called.contains(&t.as_str()))
+            };
+            if ok {
+                passed += 1;
+                oks.push(format!("called {}", self.expect_tools.join(", ")));
+            } else {
+                let missing: Vec<&str> = self
+                    .expect_tools
+                    .iter()
+                    .filter(|t| !called.contains(&t.as_str()))
+                    .map(String::as_str)
+                    .collect();
+                fails.push(if missing.is_empty() {
+                    format!(
+                        "tools: expected {} in this order, called {called_text}",
+                        self.expect_tools.join(" -> ")
+                    )
+                } else {
+                    format!(
+                        "tools: expected {} to be called but {} was not (called {called_text})",
+                        self.expect_tools.join(", "),
+                        missing.join(", ")
+                    )
+                });
+            }
+        }
+        if !self.forbid_tools.is_empty() {
+            groups += 1;
+            let bad: Vec<&str> = self
+                .forbid_tools
+                .iter()
+                .filter(|t| called.contains(&t.as_str()))
+                .map(String::as_str)
+                .collect();
+            if bad.is_empty() {
+                passed += 1;
+            } else {
+                fails.push(format!(
+                    "tools: {} must not be used for this task (called {called_text})",
+                    bad.join(", ")
+                ));
+            }
+        }
+        let success = fails.is_empty();
+        let score = if groups == 0 {
+            0.0
+        } else {
+            passed as f64 / groups as f64
+        };
+        let feedback = if success {
+            format!("passed: {} (tools: {called_text})", oks.join("; "))
+        } else {
+            format!("failed: {}", fails.join("; "))
+        };
+        CheckResult {
+            success,
+            score,
+            feedback,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "demo"
+tools_under_study = ["read_file"]
+
+[server]
+command = "${SUITE_DIR}/srv"
+args = ["--data", "${SUITE_DIR}/data"]
+env = { LANG = "C" }
+protocol = "2026-07-28"
+
+[[task]]
+id = "notes-sum"
+prompt = "Read notes.txt and sum the numbers in it."
+split = "train"
+owner = "read_file"
+answer.number = 69504
+expect_tools = ["read_file", "calculator"]
+
+[[task]]
+id = "who"
+prompt = "Who is the treasurer?"
+split = "test"
+owner = "read_file"
+answer.contains = "Joon Lee"
+forbid_tools = ["calculator"]
+max_steps = 3
+"#;
+
+    fn parse(text: &str) -> Result<Suite, EvalError> {
+        Suite::parse(Path::new("suites/demo.toml"), text)
+    }
+
+    fn err_text(text: &str) -> String {
+        parse(text).expect_err("should fail").to_string()
+    }
+
+    #[test]
+    fn loads_a_good_suite_and_expands_variables() {
+        let s = parse(GOOD).expect("good suite");
+        assert_eq!(s.name, "demo");
+        assert_eq!(s.tasks.len(), 2);
+        assert_eq!(s.tasks[0].max_steps, DEFAULT_MAX_STEPS);
+        assert_eq!(s.tasks[1].max_steps, 3);
+        assert!(s.tasks[0].expect_order);
+        assert_eq!(s.split(Split::Test).count(), 1);
+        assert_eq!(
+            s.server.protocol,
+            ProtocolPref::Version("2026-07-28".into())
+        );
+        match &s.server.transport {
+            Transport::Stdio {
+                command, args, env, ..
+            } => {
+                assert!(
+                    command.ends_with("/srv") && !command.contains("${"),
+                    "{command}"
+                );
+                assert!(args[1].ends_with("/data"), "{args:?}");
+                assert_eq!(env.get("LANG").map(String::as_str), Some("C"));
+            }
+            other => panic!("expected stdio, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_file_and_line() {
+        let e = err_text("tools_under_study = [\"a\"]\n[server\ncommand = 1\n");
+        assert!(e.starts_with("suites/demo.toml:2: "), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_names_task_and_field() {
+        let bad = GOOD.replace(
+            "answer.contains = \"Joon Lee\"",
+            "answr.contains = \"Joon Lee\"",
+        );
+        let e = err_text(&bad);
+        assert!(e.contains("suites/demo.toml:"), "{e}");
+        assert!(e.contains("task `who` (#2)"), "{e}");
+        assert!(e.contains("answr"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_field_path() {
+        let bad = GOOD.replace("answer.number = 69504", "answer.number = \"lots\"");
+        let e = err_text(&bad);
+        assert!(e.contains("task `notes-sum` (#1)"), "{e}");
+        assert!(e.contains("field `answer.number`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_split_is_refused() {
+        let e = err_text(&GOOD.replace("split = \"test\"", "split = \"dev\""));
+        assert!(
+            e.contains("task `who` (#2)") && e.contains("field `split`"),
+            "{e}"
+        );
+        assert!(e.contains("dev"), "{e}");
+    }
+
+    #[test]
+    fn bad_regex_is_refused_with_its_field() {
+        let bad = GOOD.replace(
+            "answer.contains = \"Joon Lee\"",
+            "answer.regex = \"(unclosed\"",
+        );
+        let e = err_text(&bad);
+        assert!(
+            e.contains("task `who` (#2): field `answer.regex`: does not compile"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn duplicate_ids_and_checkless_tasks_are_refused() {
+        let e = err_text(&GOOD.replace("id = \"who\"", "id = \"notes-sum\""));
+        assert!(e.contains("field `id`: duplicate id `notes-sum`"), "{e}");
+        let bad = GOOD
+            .replace("answer.contains = \"Joon Lee\"\n", "")
+            .replace("forbid_tools = [\"calculator\"]\n", "");
+        let e = err_text(&bad);
+        assert!(
+            e.contains("task `who` (#2)") && e.contains("has no check"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn server_section_is_validated() {
+        let e = err_text(&GOOD.replace("protocol = \"2026-07-28\"", "protocol = \"2027-01-01\""));
+        assert!(e.contains("field `server.protocol`"), "{e}");
+        let e = err_text(&GOOD.replace("${SUITE_DIR}/srv", "${HOME}/srv"));
+        assert!(
+            e.contains("field `server.command`") && e.contains("${HOME}"),
+            "{e}"
+        );
+        let e = err_text(&GOOD.replace(
+            "command = \"${SUITE_DIR}/srv\"",
+            "command = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"",
+        ));
+        assert!(e.contains("not both"), "{e}");
+    }
+
+    #[test]
+    fn check_scores_answer_and_tools() {
+        let s = parse(GOOD).expect("good");
+        let t = &s.tasks[0];
+        let r = t.check(Some("The total is 69,504."), &["read_file", "calculator"]);
+        assert!(r.success, "{r:?}");
+        assert_eq!(r.score, 1.0);
+
+        let r = t.check(Some("The total is 69494."), &["read_file"]);
+        assert!(!r.success);
+        assert_eq!(r.score, 0.0);
+        assert!(
+            r.feedback.contains("the answer's numbers are 69494"),
+            "{}",
+            r.feedback
+        );
+        assert!(r.feedback.contains("calculator was not"), "{}", r.feedback);
+
+        let r = t.check(Some("69504"), &["calculator", "read_file"]);
+        assert!(!r.success);
+        assert_eq!(r.score, 0.5);
+        assert!(r.feedback.contains("in this order"), "{}", r.feedback);
+
+        let r = t.check::<&str>(None, &[]);
+        assert!(
+            !r.success && r.feedback.contains("no final answer"),
+            "{r:?}"
+        );
+
+        let who = &s.tasks[1];
+        assert!(who.check(Some("It is joon lee."), &["read_file"]).success);
+        let r = who.check(Some("Joon Lee"), &["read_file", "calculator"]);
+        assert!(
+            !r.success && r.feedback.contains("must not be used"),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn numbers_are_read_like_a_person_would() {
+        assert_eq!(numbers_in("69,504 total"), vec![69504.0]);
+        assert_eq!(numbers_in("4, 48000 and 9500"), vec![4.0, 48000.0, 9500.0]);
+        assert_eq!(numbers_in("on 2026-09-01"), vec![2026.0, 9.0, 1.0]);
+        assert_eq!(numbers_in("it is -3.5 or 0.875"), vec![-3.5, 0.875]);
+        assert_eq!(numbers_in("code QM-4092 in v2"), vec![4092.0]);
+        assert_eq!(numbers_in("2:21:47"), vec![2.0, 21.0, 47.0]);
+        assert_eq!(numbers_in("1,2345"), vec![1.0, 2345.0]);
+    }
+
+    #[test]
+    fn exact_regex_and_found_in() {
+        let a = AnswerCheck {
+            exact: Some("Hanbit Hall".into()),
+            regex: None,
+            number: None,
+            tolerance: 0.0,
+            contains: vec![],
+            ignore_case: true,
+        };
+        assert!(a.failures("hanbit hall.").is_empty());
+        assert!(!a.failures("It is Hanbit Hall").is_empty());
+        assert!(a.found_in("Last year's venue: Hanbit Hall"));
+        let n = AnswerCheck {
+            exact: None,
+            regex: Some(Regex::new(r"\b0?5:30\b").expect("regex")),
+            number: Some(7.0),
+            tolerance: 0.0,
+            contains: vec![],
+            ignore_case: false,
+        };
+        assert!(n.found_in("retries 7 times, at 05:30"));
+        assert!(!n.found_in("retries 17 times, at 05:30"));
+    }
+}
