@@ -1,6 +1,9 @@
 //! The `tooltune` command line: thin glue over the library crates, parsing arguments and printing results.
 
+mod eval_cmd;
 mod ingest_cmd;
+mod model_cmd;
+mod optimize_cmd;
 mod paths;
 mod stats_cmd;
 
@@ -29,6 +32,12 @@ enum Command {
         #[command(subcommand)]
         command: TracesCommand,
     },
+    /// Fetch or serve the embedded local model.
+    Model(model_cmd::ModelArgs),
+    /// Run a suite against its real MCP server with candidate descriptions; per-task outcomes and aggregates.
+    Eval(eval_cmd::EvalArgs),
+    /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
+    Optimize(optimize_cmd::OptimizeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,5 +78,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Traces {
             command: TracesCommand::Stats(args),
         } => stats_cmd::run(&db, args).await,
+        Command::Model(args) => model_cmd::run(args).await,
+        Command::Eval(args) => eval_cmd::run(&db, args).await,
+        Command::Optimize(args) => optimize_cmd::run(&db, args).await,
     }
 }

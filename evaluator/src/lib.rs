@@ -2,9 +2,12 @@
 //!
 //! This crate holds the MCP client ([`mcp`]: stdio and Streamable HTTP servers kept alive across rollouts,
 //! both protocol eras, per-call timeouts, restarts) and the task suites ([`suite`]: a TOML format, its
-//! loader with precise errors, and the pure checks that score a rollout). The host agent loop that puts a
-//! model in front of these lives in further modules.
+//! loader with precise errors, and the pure checks that score a rollout), the host agent loop ([`host`]: the
+//! model sees the candidate's descriptions, its calls go to the real server) and the evaluation of a candidate on
+//! a suite ([`evaluate`]: scores, exact first-call probabilities, rollouts stored as trajectories).
 
+pub mod evaluate;
+pub mod host;
 pub mod mcp;
 pub mod suite;
 
@@ -107,6 +110,23 @@ pub enum EvalError {
         /// The server's message.
         message: String,
     },
+    /// A candidate overrides the description of a tool the server does not have.
+    #[error("no tool `{tool}` on the server (it has: {available})")]
+    UnknownTool {
+        /// The tool named by the candidate.
+        tool: String,
+        /// The server's tools.
+        available: String,
+    },
+    /// The suite names no tool under study and none was given.
+    #[error("suite `{suite}` names no tool under study: pass --target TOOL")]
+    NoTarget {
+        /// The suite name.
+        suite: String,
+    },
+    /// Storing rollouts failed.
+    #[error("storing rollouts: {0}")]
+    Store(String),
     /// An environment variable the configuration names is not set. Its value is never shown.
     #[error("environment variable `{var}` ({purpose}) is not set")]
     MissingEnv {
@@ -122,7 +142,10 @@ impl EvalError {
     /// configuration), so a rollout that hit it must be recorded as an infrastructure error rather than
     /// as the candidate description's failure.
     pub fn is_infrastructure(&self) -> bool {
-        !matches!(self, EvalError::ToolRejected { .. })
+        !matches!(
+            self,
+            EvalError::ToolRejected { .. } | EvalError::UnknownTool { .. } | EvalError::NoTarget { .. }
+        )
     }
 }
 

@@ -259,7 +259,7 @@ pub struct ExpectedSelection {
 /// Both objectives (and the inflation signal, off-target selection) from one set of rollouts. Rates are over
 /// rollouts; with several rollouts per task they are not independent, so the intervals are optimistic then, and a
 /// comparison between candidates should use the paired tests in [`crate::stats`] over per-task scores instead.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Metrics {
     /// Rollouts counted.
     pub rollouts: u64,

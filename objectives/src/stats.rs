@@ -8,7 +8,7 @@ use serde::Serialize;
 use statrs::distribution::{Binomial, ContinuousCDF, DiscreteCDF, Normal};
 
 /// A rate with its 95% Wilson score interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Rate {
     /// Successes (numerator).
     pub hits: u64,
@@ -66,7 +66,7 @@ fn z_for(confidence: f64) -> f64 {
 }
 
 /// Result of a paired comparison of two candidates on the same tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Paired {
     /// Tasks where only the first candidate succeeded.
     pub only_a: u64,
@@ -172,7 +172,7 @@ impl Default for MonteCarlo {
 }
 
 /// How a permutation p-value was obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum PermutationMethod {
     /// Every one of the 2^n sign flips was enumerated.
     Exact,
@@ -181,7 +181,7 @@ pub enum PermutationMethod {
 }
 
 /// Result of a paired permutation test of two candidates scored on the same tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct PairedPermutation {
     /// Pairs (tasks) compared.
     pub pairs: u64,

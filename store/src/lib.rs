@@ -6,9 +6,11 @@
 //! chunks, and nothing about MCP or models.
 
 mod import;
+mod runs;
 mod stats;
 
 pub use import::{ImportOptions, ImportProgress, ImportReport, SkippedRecord};
+pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};

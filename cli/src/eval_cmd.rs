@@ -1,0 +1,237 @@
+//! `tooltune eval`: run a suite against its real MCP server with a candidate's descriptions, and print per-task
+//! outcomes and the aggregates with their intervals.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, SuiteResult, evaluate};
+use tooltune_evaluator::{McpServer, Split, Suite};
+use tooltune_objectives::stats::Rate;
+use tooltune_store::Store;
+
+/// Arguments of `tooltune eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The task suite (TOML; see docs/suite-format.md).
+    #[arg(long)]
+    suite: PathBuf,
+    /// Replace a tool's description in what the model sees: TOOL=TEXT (repeatable).
+    #[arg(long = "override", value_name = "TOOL=TEXT")]
+    overrides: Vec<String>,
+    /// A JSON file of descriptions keyed by tool name (what `optimize --export` writes).
+    #[arg(long = "overrides", value_name = "FILE")]
+    overrides_file: Option<PathBuf>,
+    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
+    #[arg(long, default_value = "local")]
+    model: String,
+    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Which split to run: train, validation, test or all.
+    #[arg(long, default_value = "all")]
+    split: String,
+    /// The tool under study (default: the suite's first).
+    #[arg(long)]
+    target: Option<String>,
+    /// Measure only which tool the first call picks (exact probabilities with the local model), no full rollouts.
+    #[arg(long)]
+    selection_only: bool,
+    /// How many rollouts advance together in one model batch.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Do not store the rollouts.
+    #[arg(long)]
+    no_store: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(db: &str, args: EvalArgs) -> Result<ExitCode> {
+    let suite = Suite::load(&args.suite)?;
+    let split = match args.split.as_str() {
+        "all" => None,
+        s => Some(
+            serde_json::from_value::<Split>(serde_json::Value::String(s.to_string()))
+                .map_err(|_| anyhow::anyhow!("--split {s}: expected train, validation, test or all"))?,
+        ),
+    };
+    let candidate = load_candidate(&args)?;
+    let spec = tooltune_llm::BackendSpec::parse(&args.model, args.api_key_env.as_deref())
+        .with_context(|| format!("--model {}", args.model))?;
+    let model = tooltune_llm::build(&spec).await?;
+    let store = if args.no_store {
+        None
+    } else {
+        Some(Store::open(db).await?)
+    };
+    let server = McpServer::connect(suite.server.clone())
+        .await
+        .with_context(|| format!("starting the suite's server ({})", args.suite.display()))?;
+    let run_id = format!("eval-{}", uuid::Uuid::new_v4().simple());
+    let opts = EvalOptions {
+        split,
+        target: args.target.clone(),
+        mode: if args.selection_only {
+            Mode::SelectionOnly
+        } else {
+            Mode::Full
+        },
+        batch: args.batch,
+        run_id: Some(run_id.clone()),
+        candidate_id: Some(candidate_id(&candidate)),
+        ..EvalOptions::default()
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} tasks ({elapsed})")
+            .unwrap_or(ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("{} with {}", suite.name, model.id()));
+    let bar2 = bar.clone();
+    let result = evaluate(
+        &suite,
+        &server,
+        model.as_ref(),
+        store.as_ref(),
+        &candidate,
+        &opts,
+        move |done, total| {
+            bar2.set_length(total as u64);
+            bar2.set_position(done as u64);
+        },
+    )
+    .await;
+    bar.finish_and_clear();
+    server.shutdown().await;
+    let result = result?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "run_id": run_id,
+                "model": model.id(),
+                "candidate": candidate.descriptions,
+                "result": result,
+            }))?
+        );
+    } else {
+        print_result(&result, &run_id, store.is_some());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_candidate(args: &EvalArgs) -> Result<Candidate> {
+    let mut descriptions = BTreeMap::new();
+    if let Some(file) = &args.overrides_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading --overrides {}", file.display()))?;
+        let map: BTreeMap<String, String> = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: expected a JSON object of tool name -> description",
+                file.display()
+            )
+        })?;
+        descriptions.extend(map);
+    }
+    for o in &args.overrides {
+        let Some((tool, text)) = o.split_once('=') else {
+            bail!("--override {o:?}: expected TOOL=TEXT");
+        };
+        if tool.trim().is_empty() {
+            bail!("--override {o:?}: the tool name is empty");
+        }
+        descriptions.insert(tool.trim().to_string(), text.to_string());
+    }
+    Ok(Candidate { descriptions })
+}
+
+/// A candidate's id is a content address of its descriptions, so the same overrides in two runs are the same
+/// candidate in the store.
+fn candidate_id(c: &Candidate) -> String {
+    let v = serde_json::to_value(&c.descriptions).unwrap_or_default();
+    let id = tooltune_core::DescriptionId::of("candidate", "", &v);
+    format!("cand-{}", id.short())
+}
+
+fn rate(r: &Rate) -> String {
+    match r.value {
+        Some(v) => format!("{:.2} [{:.2}, {:.2}] ({}/{})", v, r.low, r.high, r.hits, r.trials),
+        None => "- (no tasks)".to_string(),
+    }
+}
+
+fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
+    for t in &r.tasks {
+        let mark = match (&t.infra_failure, r.mode) {
+            (Some(_), _) => "!",
+            (None, Mode::SelectionOnly) => {
+                if t.target_first {
+                    "*"
+                } else {
+                    " "
+                }
+            }
+            (None, Mode::Full) => {
+                if t.success {
+                    "✓"
+                } else {
+                    "✗"
+                }
+            }
+        };
+        let called = if t.called.is_empty() {
+            "no tool".to_string()
+        } else {
+            t.called.join(" → ")
+        };
+        let p = t
+            .first_call_probabilities
+            .as_ref()
+            .and_then(|p| p.get(&r.target))
+            .map(|p| format!("  P({})={p:.3}", r.target))
+            .unwrap_or_default();
+        println!(
+            "{mark} {:<28} owner {:<14} {called}{p}",
+            t.task_id,
+            t.owner.as_deref().unwrap_or("-"),
+        );
+        if let Some(f) = &t.infra_failure {
+            println!("    infrastructure failure: {f}");
+        } else if r.mode == Mode::Full && !t.success {
+            println!("    {}", t.feedback);
+        }
+    }
+    println!();
+    println!("suite {} , tool under study {}", r.suite, r.target);
+    if r.mode == Mode::Full {
+        println!("  task success          {}", rate(&r.success_rate));
+    }
+    println!("  target chosen first   {}", rate(&r.selection_rate));
+    println!("  off-target selection  {}", rate(&r.off_target_selection));
+    if let Some(e) = r.expected_selection {
+        println!("  expected selection    {e:.3} (mean exact P(first call = {}))", r.target);
+    }
+    if r.infra_failures > 0 {
+        println!(
+            "  infrastructure failures: {} (not counted above)",
+            r.infra_failures
+        );
+    }
+    let t = &r.timings;
+    println!(
+        "  time {:.1} s: model {:.1} s, tools {:.2} s, store {:.2} s ({:.1}% outside the model)",
+        t.total_s,
+        t.model_s,
+        t.tools_s,
+        t.store_s,
+        100.0 * t.outside_model_share()
+    );
+    if stored {
+        println!("  rollouts stored under run {run_id}");
+    }
+}

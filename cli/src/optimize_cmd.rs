@@ -1,0 +1,291 @@
+//! `tooltune optimize`: the GEPA loop on a suite under an objective, resumable, ending with the winner against the
+//! seed on the held-out test split.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tooltune_driver::{Event, Models, RunConfig, RunSummary, StopSignal};
+use tooltune_objectives::Objective;
+use tooltune_objectives::stats::Rate;
+use tooltune_optimizer::Budget;
+use tooltune_store::Store;
+
+/// Arguments of `tooltune optimize`.
+#[derive(Debug, Args)]
+pub struct OptimizeArgs {
+    /// The task suite (TOML; see docs/suite-format.md).
+    #[arg(long, required_unless_present = "resume")]
+    suite: Option<PathBuf>,
+    /// The tool whose description is optimised (repeat for several; the first is the one whose selection is
+    /// measured). Default: the suite's first tool under study.
+    #[arg(long = "tool")]
+    tools: Vec<String>,
+    /// success (task success) or selection (how often the tool is chosen).
+    #[arg(long, default_value = "success")]
+    objective: String,
+    /// Budget in rollouts (task plays).
+    #[arg(long, default_value_t = 120)]
+    budget: u64,
+    /// Budget in reflection tokens.
+    #[arg(long)]
+    max_reflection_tokens: Option<u64>,
+    /// Budget in wall-clock minutes.
+    #[arg(long)]
+    max_minutes: Option<f64>,
+    /// Seed of the search.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Minibatch size.
+    #[arg(long, default_value_t = 3)]
+    minibatch: usize,
+    /// Stop after this many iterations without improvement.
+    #[arg(long)]
+    patience: Option<u32>,
+    /// Stop when the best validation score reaches this.
+    #[arg(long)]
+    score_threshold: Option<f64>,
+    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
+    #[arg(long, default_value = "local")]
+    model: String,
+    /// The reflector's model (default: the agent's).
+    #[arg(long)]
+    reflector: Option<String>,
+    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// A file whose appearance stops the run after its current step.
+    #[arg(long)]
+    stop_file: Option<PathBuf>,
+    /// Resume this run from its last checkpoint.
+    #[arg(long)]
+    resume: Option<String>,
+    /// Write the winning descriptions as JSON keyed by tool name.
+    #[arg(long)]
+    export: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Builds the agent and reflector models from their specs; the same spec shares one model instance.
+pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>) -> Result<Models> {
+    let spec = tooltune_llm::BackendSpec::parse(agent, key_env).with_context(|| format!("--model {agent}"))?;
+    let agent_model = tooltune_llm::build(&spec).await?;
+    let reflector_model = match reflector {
+        Some(r) if r != agent => {
+            let spec =
+                tooltune_llm::BackendSpec::parse(r, key_env).with_context(|| format!("--reflector {r}"))?;
+            tooltune_llm::build(&spec).await?
+        }
+        _ => Arc::clone(&agent_model),
+    };
+    Ok(Models {
+        agent: agent_model,
+        reflector: reflector_model,
+    })
+}
+
+/// A progress display fed by the driver's events.
+pub fn progress_printer(label: String, budget: u64) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
+    let bar = ProgressBar::new(budget);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}) {msg}")
+            .unwrap_or(ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label);
+    let b = bar.clone();
+    let f = move |e: &Event| match e {
+        Event::Evaluating {
+            candidate,
+            phase,
+            tasks,
+        } => b.set_message(format!("evaluating c{candidate} on {tasks} {phase} tasks")),
+        Event::Evaluated {
+            candidate,
+            phase,
+            mean,
+            rollouts_spent,
+            ..
+        } => {
+            b.set_position((*rollouts_spent).min(b.length().unwrap_or(u64::MAX)));
+            b.println(format!("  c{candidate} {phase}: mean {mean:.3}"));
+        }
+        Event::Reflecting { parent, tool } => {
+            b.set_message(format!("reflecting on c{parent}'s `{tool}`"))
+        }
+        Event::Proposed {
+            tool,
+            description,
+            error,
+            ..
+        } => match description {
+            Some(d) => b.println(format!("  proposed for `{tool}`: {}", one_line(d, 110))),
+            None => b.println(format!(
+                "  proposal for `{tool}` failed: {}",
+                error.as_deref().unwrap_or("?")
+            )),
+        },
+        Event::Stopped { reason } => b.set_message(format!("stopped ({reason}); final test evaluation")),
+        _ => {}
+    };
+    (bar, f)
+}
+
+pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
+    let store = Store::open(db).await?;
+    let stop = StopSignal::default();
+    let stop2 = stop.clone();
+    // Ctrl-C stops after the current step; the run stays resumable.
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop2.stop();
+        }
+    });
+    let summary = if let Some(run_id) = &args.resume {
+        let row = store
+            .run(run_id)
+            .await?
+            .with_context(|| format!("no run `{run_id}` in the store"))?;
+        let cfg: RunConfig = serde_json::from_str(&row.config).context("reading the run's configuration")?;
+        let models = models(&cfg.agent, Some(&cfg.reflector), args.api_key_env.as_deref()).await?;
+        let (bar, on_event) = progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg));
+        let r = tooltune_driver::resume(&store, run_id, models, stop, &on_event).await;
+        bar.finish_and_clear();
+        r?
+    } else {
+        let Some(suite) = &args.suite else {
+            bail!("--suite is required (or --resume RUN)");
+        };
+        let suite_path = std::fs::canonicalize(suite)
+            .with_context(|| format!("--suite {}", suite.display()))?;
+        let loaded = tooltune_evaluator::Suite::load(&suite_path)?;
+        let tools = if args.tools.is_empty() {
+            loaded.tools_under_study.iter().take(1).cloned().collect::<Vec<_>>()
+        } else {
+            args.tools.clone()
+        };
+        let Some(target) = tools.first().cloned() else {
+            bail!("the suite names no tool under study: pass --tool TOOL");
+        };
+        let objective: Objective = args
+            .objective
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--objective {}: {e}", args.objective))?;
+        let cfg = RunConfig {
+            suite: suite_path,
+            tools,
+            target,
+            objective,
+            seed: args.seed,
+            budget: Budget {
+                max_rollouts: Some(args.budget),
+                max_reflection_tokens: args.max_reflection_tokens,
+                max_wall_ms: args.max_minutes.map(|m| (m * 60_000.0) as u64),
+            },
+            minibatch: args.minibatch,
+            patience: args.patience,
+            score_threshold: args.score_threshold,
+            rollouts_per_task: 1,
+            batch: 8,
+            agent: args.model.clone(),
+            reflector: args.reflector.clone().unwrap_or_else(|| args.model.clone()),
+            stop_file: args.stop_file.clone(),
+        };
+        let models = models(&cfg.agent, Some(&cfg.reflector), args.api_key_env.as_deref()).await?;
+        let (bar, on_event) = progress_printer(
+            format!("{} on {}", objective.as_str(), loaded.name),
+            args.budget,
+        );
+        let r = tooltune_driver::start(&store, cfg, models, stop, &on_event).await;
+        bar.finish_and_clear();
+        r?
+    };
+    if let Some(path) = &args.export {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&summary.winner_descriptions)?,
+        )
+        .with_context(|| format!("writing --export {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn budget_of(cfg: &RunConfig) -> u64 {
+    cfg.budget.max_rollouts.unwrap_or(0)
+}
+
+fn rate(r: &Rate) -> String {
+    match r.value {
+        Some(v) => format!("{v:.2} [{:.2}, {:.2}]", r.low, r.high),
+        None => "-".into(),
+    }
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        format!("{}…", flat.chars().take(max - 1).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+pub fn print_summary(s: &RunSummary) {
+    println!(
+        "run {}: objective {}, stopped by {}, {} rollouts, {} reflection tokens, {:.0} s",
+        s.run_id, s.objective, s.stop_reason, s.rollouts, s.reflection_tokens, s.wall_s
+    );
+    println!("winner c{} — `{}`:", s.winner, s.target);
+    println!(
+        "  {}",
+        s.winner_descriptions
+            .get(&s.target)
+            .map(String::as_str)
+            .unwrap_or("")
+    );
+    println!("lineage:");
+    for l in &s.lineage {
+        println!(
+            "  c{} ({}{}): {}",
+            l.candidate,
+            l.origin,
+            l.tool
+                .as_ref()
+                .map(|t| format!(" of `{t}`"))
+                .unwrap_or_default(),
+            one_line(&l.description, 100)
+        );
+        if let Some(d) = &l.diagnosis {
+            println!("      diagnosis: {}", one_line(d, 100));
+        }
+    }
+    let t = &s.test;
+    println!("held-out {} split ({} tasks):", t.split, t.seed.tasks);
+    println!("                     seed                 winner");
+    println!(
+        "  task success       {:<20} {:<20} p = {:.3} (exact McNemar)",
+        rate(&t.seed.success),
+        rate(&t.winner.success),
+        t.success_p_value
+    );
+    println!(
+        "  selection rate     {:<20} {:<20} p = {:.3} (paired permutation)",
+        rate(&t.seed.selection),
+        rate(&t.winner.selection),
+        t.selection_p_value
+    );
+    println!(
+        "  off-target choice  {:<20} {:<20}",
+        rate(&t.seed.off_target),
+        rate(&t.winner.off_target)
+    );
+}

@@ -1,0 +1,444 @@
+//! Evaluating one candidate (a set of description overrides) on a suite: full rollouts against the real server,
+//! scored by the suite's checks, and, when the backend can score exactly, the probability that the first call picks
+//! each tool. Every rollout is stored as a trajectory linked to its run and candidate.
+
+use crate::host::{HostConfig, InfraFailure, Rollout, RolloutTask, ToolServer, run_rollouts};
+use crate::mcp::{CallOutcome, McpServer};
+use crate::suite::{Split, Suite, Task};
+use crate::EvalError;
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tooltune_core::{Links, Outcome, ToolSpec};
+use tooltune_llm::{ChatModel, ChatRequest, Message};
+use tooltune_objectives::stats::Rate;
+use tooltune_store::Store;
+
+/// A candidate: the descriptions it puts in front of the model, by tool name. Tools it does not name keep the
+/// server's own description.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Candidate {
+    /// Tool name -> description the model sees.
+    pub descriptions: BTreeMap<String, String>,
+}
+
+impl Candidate {
+    /// The tool list with this candidate's descriptions applied. Unknown tool names are an error naming them, so a
+    /// typo in `--override` does not silently evaluate the seed.
+    pub fn apply(&self, tools: &[ToolSpec]) -> Result<Vec<ToolSpec>, EvalError> {
+        for name in self.descriptions.keys() {
+            if !tools.iter().any(|t| &t.name == name) {
+                return Err(EvalError::UnknownTool {
+                    tool: name.clone(),
+                    available: tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", "),
+                });
+            }
+        }
+        Ok(tools
+            .iter()
+            .map(|t| match self.descriptions.get(&t.name) {
+                Some(d) => ToolSpec {
+                    description: d.clone(),
+                    ..t.clone()
+                },
+                None => t.clone(),
+            })
+            .collect())
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Full rollouts (tool calls on the real server, results back to the model, final answer checked), plus exact
+    /// first-call probabilities when the backend can score.
+    Full,
+    /// Only the first call: exact probabilities (or one sampled first turn when the backend cannot score).
+    /// Measures selection, not success.
+    SelectionOnly,
+}
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// Only tasks of this split (all tasks when `None`).
+    pub split: Option<Split>,
+    /// Only these task ids (all when empty).
+    pub task_ids: Vec<String>,
+    /// The tool under study, for selection figures (default: the suite's first tool under study).
+    pub target: Option<String>,
+    /// What to measure.
+    pub mode: Mode,
+    /// The host's settings.
+    pub host: HostConfig,
+    /// Timeout of one tool call.
+    pub call_timeout: Duration,
+    /// How many rollouts advance together (one batch for the model).
+    pub batch: usize,
+    /// Links written into every stored trajectory.
+    pub run_id: Option<String>,
+    /// Candidate id written into every stored trajectory.
+    pub candidate_id: Option<String>,
+    /// Rollout index written into every stored trajectory (several rollouts per task when sampling).
+    pub rollout: u32,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            split: None,
+            task_ids: Vec::new(),
+            target: None,
+            mode: Mode::Full,
+            host: HostConfig::default(),
+            call_timeout: Duration::from_secs(30),
+            batch: 8,
+            run_id: None,
+            candidate_id: None,
+            rollout: 0,
+        }
+    }
+}
+
+/// The outcome of one task.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct TaskResult {
+    /// The task id.
+    pub task_id: String,
+    /// The tool the task belongs to.
+    pub owner: Option<String>,
+    /// Whether the checks passed (false for selection-only evaluations and infrastructure failures).
+    pub success: bool,
+    /// The checks' score in [0, 1].
+    pub score: f64,
+    /// The checks' feedback.
+    pub feedback: String,
+    /// The final answer.
+    pub final_answer: Option<String>,
+    /// Tools called, in order (for selection-only: the sampled first call, if any).
+    pub called: Vec<String>,
+    /// Whether the target tool was the first call.
+    pub target_first: bool,
+    /// Whether the target tool was called at all.
+    pub target_called: bool,
+    /// Exact probability of each tool being the first call, when the backend scores exactly.
+    pub first_call_probabilities: Option<BTreeMap<String, f64>>,
+    /// Set when the server or model backend failed: the task says nothing about the candidate.
+    pub infra_failure: Option<String>,
+    /// The stored trajectory's id (full mode).
+    pub trajectory_id: Option<String>,
+}
+
+/// Where the time went.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Timings {
+    /// Wall time of the whole evaluation, seconds.
+    pub total_s: f64,
+    /// Time inside model calls (generation and scoring), seconds.
+    pub model_s: f64,
+    /// Time inside tool calls on the server, seconds.
+    pub tools_s: f64,
+    /// Time writing to the store, seconds.
+    pub store_s: f64,
+}
+
+impl Timings {
+    /// Share of wall time spent outside the model.
+    pub fn outside_model_share(&self) -> f64 {
+        if self.total_s > 0.0 {
+            ((self.total_s - self.model_s) / self.total_s).max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A candidate's results on a suite.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SuiteResult {
+    /// The suite name.
+    pub suite: String,
+    /// The tool under study.
+    pub target: String,
+    /// What was measured.
+    pub mode: Mode,
+    /// Per task.
+    pub tasks: Vec<TaskResult>,
+    /// Task success over tasks without infrastructure failure (full mode).
+    pub success_rate: Rate,
+    /// How often the target was the first call, over all judged tasks.
+    pub selection_rate: Rate,
+    /// How often the target was first on tasks owned by another tool.
+    pub off_target_selection: Rate,
+    /// Mean exact probability that the first call picks the target, when the backend scores exactly.
+    pub expected_selection: Option<f64>,
+    /// Tasks whose rollout hit an infrastructure failure.
+    pub infra_failures: u64,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+/// Adapts the MCP client to the host: a tool's JSON-RPC rejection goes back to the model as a failed result; a
+/// dead server or a timeout is an infrastructure failure.
+struct McpTools<'a> {
+    server: &'a McpServer,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl ToolServer for McpTools<'_> {
+    async fn call(&self, name: &str, arguments: &Value) -> Result<CallOutcome, InfraFailure> {
+        match self
+            .server
+            .call_tool(name, arguments.clone(), self.timeout)
+            .await
+        {
+            Ok(out) => Ok(out),
+            Err(e) if !e.is_infrastructure() => Ok(CallOutcome {
+                content_text: format!("error: {e}"),
+                is_error: true,
+                duration: Duration::ZERO,
+            }),
+            Err(e) => Err(InfraFailure {
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Evaluates `candidate` on `suite` with `server` already connected (kept alive by the caller across candidates).
+/// Trajectories go to `store` chunk by chunk as they finish, so a crash loses at most the chunk in flight.
+pub async fn evaluate(
+    suite: &Suite,
+    server: &McpServer,
+    model: &dyn ChatModel,
+    store: Option<&Store>,
+    candidate: &Candidate,
+    opts: &EvalOptions,
+    mut progress: impl FnMut(usize, usize) + Send,
+) -> Result<SuiteResult, EvalError> {
+    let started = Instant::now();
+    let server_tools = suite.visible_tools(server.list_tools().await?);
+    suite.check_tool_names(&server_tools)?;
+    let tools = candidate.apply(&server_tools)?;
+    let target = opts
+        .target
+        .clone()
+        .or_else(|| suite.tools_under_study.first().cloned())
+        .ok_or_else(|| EvalError::NoTarget {
+            suite: suite.name.clone(),
+        })?;
+    let tasks: Vec<&Task> = suite
+        .tasks
+        .iter()
+        .filter(|t| opts.split.is_none_or(|s| t.split == s))
+        .filter(|t| opts.task_ids.is_empty() || opts.task_ids.contains(&t.id))
+        .collect();
+    let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+    let mut timings = Timings::default();
+    let mut results: Vec<TaskResult> = Vec::with_capacity(tasks.len());
+    let mut done = 0;
+    progress(0, tasks.len());
+    for chunk in tasks.chunks(opts.batch.max(1)) {
+        // Exact first-call probabilities (one shared prefill per chunk on the local backend).
+        let first_requests: Vec<ChatRequest> = chunk
+            .iter()
+            .map(|t| first_turn_request(&opts.host, &tools, &t.prompt))
+            .collect();
+        let t0 = Instant::now();
+        let scored = model.score_many(&first_requests, &names).await;
+        timings.model_s += t0.elapsed().as_secs_f64();
+        let probabilities: Vec<Option<BTreeMap<String, f64>>> = scored
+            .into_iter()
+            .map(|r| {
+                r.ok().flatten().map(|ps| {
+                    names.iter().cloned().zip(ps).collect::<BTreeMap<String, f64>>()
+                })
+            })
+            .collect();
+
+        match opts.mode {
+            Mode::SelectionOnly => {
+                let need_sampling = probabilities.iter().any(Option::is_none);
+                let sampled = if need_sampling {
+                    let t0 = Instant::now();
+                    let r = model.chat_many(&first_requests).await;
+                    timings.model_s += t0.elapsed().as_secs_f64();
+                    r.into_iter()
+                        .map(|r| r.map(|r| r.tool_calls.first().map(|c| c.name.clone())))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                for (i, task) in chunk.iter().enumerate() {
+                    let p = probabilities[i].clone();
+                    let (first, infra) = match (&p, sampled.get(i)) {
+                        (Some(p), _) => (argmax(p), None),
+                        (None, Some(Ok(first))) => (first.clone(), None),
+                        (None, Some(Err(e))) => (None, Some(format!("model backend: {e}"))),
+                        (None, None) => (None, Some("no selection measured".to_string())),
+                    };
+                    results.push(TaskResult {
+                        task_id: task.id.clone(),
+                        owner: task.owner.clone(),
+                        success: false,
+                        score: 0.0,
+                        feedback: String::new(),
+                        final_answer: None,
+                        target_first: first.as_deref() == Some(target.as_str()),
+                        target_called: first.as_deref() == Some(target.as_str()),
+                        called: first.into_iter().collect(),
+                        first_call_probabilities: p,
+                        infra_failure: infra,
+                        trajectory_id: None,
+                    });
+                }
+            }
+            Mode::Full => {
+                let rollout_tasks: Vec<RolloutTask> = chunk
+                    .iter()
+                    .map(|t| RolloutTask {
+                        prompt: t.prompt.clone(),
+                        max_steps: t.max_steps,
+                    })
+                    .collect();
+                let adapter = McpTools {
+                    server,
+                    timeout: opts.call_timeout,
+                };
+                let t0 = Instant::now();
+                let rollouts = run_rollouts(model, &adapter, &tools, &rollout_tasks, &opts.host).await;
+                let wall = t0.elapsed().as_secs_f64();
+                let tool_s: f64 = rollouts.iter().map(|r| r.tool_time.as_secs_f64()).sum();
+                timings.tools_s += tool_s;
+                timings.model_s += (wall - tool_s).max(0.0);
+                if rollouts.iter().any(|r| r.infra_failure.is_some()) && !server.is_alive().await {
+                    // The next chunk needs a live server; the failed rollouts stay marked as infrastructure errors.
+                    let _ = server.restart().await;
+                }
+                let mut to_store = Vec::with_capacity(rollouts.len());
+                for ((task, rollout), p) in chunk.iter().zip(rollouts).zip(probabilities) {
+                    let (result, trajectory) = judge(task, rollout, p, &target, opts);
+                    results.push(result);
+                    to_store.push(trajectory);
+                }
+                if let Some(store) = store {
+                    let t0 = Instant::now();
+                    store
+                        .insert(&to_store)
+                        .await
+                        .map_err(|e| EvalError::Store(e.to_string()))?;
+                    timings.store_s += t0.elapsed().as_secs_f64();
+                }
+            }
+        }
+        done += chunk.len();
+        progress(done, tasks.len());
+    }
+    timings.total_s = started.elapsed().as_secs_f64();
+    Ok(summarise(suite, target, opts.mode, results, timings))
+}
+
+fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> ChatRequest {
+    ChatRequest {
+        messages: vec![
+            Message::system(host.system_prompt.clone()),
+            Message::user(prompt.to_string()),
+        ],
+        tools: tools.to_vec(),
+        tool_choice: tooltune_llm::ToolChoice::Auto,
+        max_tokens: host.max_tokens,
+        temperature: host.temperature,
+        seed: host.seed,
+    }
+}
+
+fn argmax(p: &BTreeMap<String, f64>) -> Option<String> {
+    p.iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(k, _)| k.clone())
+}
+
+fn judge(
+    task: &Task,
+    rollout: Rollout,
+    probabilities: Option<BTreeMap<String, f64>>,
+    target: &str,
+    opts: &EvalOptions,
+) -> (TaskResult, tooltune_core::Trajectory) {
+    let mut trajectory = rollout.trajectory;
+    let infra = rollout.infra_failure.map(|f| f.message);
+    let check = task.check(trajectory.final_answer.as_deref(), &rollout.called);
+    let (success, score, feedback) = match &infra {
+        Some(m) => (false, 0.0, format!("infrastructure failure, not judged: {m}")),
+        None => (check.success, check.score, check.feedback),
+    };
+    trajectory.outcome = Outcome {
+        score: Some(score),
+        success: infra.is_none().then_some(success),
+        feedback: Some(feedback.clone()),
+    };
+    trajectory.meta.external_id = Some(task.id.clone());
+    trajectory.links = Links {
+        run_id: opts.run_id.clone(),
+        candidate_id: opts.candidate_id.clone(),
+        rollout: Some(opts.rollout),
+    };
+    let result = TaskResult {
+        task_id: task.id.clone(),
+        owner: task.owner.clone(),
+        success,
+        score,
+        feedback,
+        final_answer: trajectory.final_answer.clone(),
+        target_first: rollout.called.first().map(String::as_str) == Some(target),
+        target_called: rollout.called.iter().any(|c| c == target),
+        called: rollout.called,
+        first_call_probabilities: probabilities,
+        infra_failure: infra,
+        trajectory_id: Some(trajectory.id().to_string()),
+    };
+    (result, trajectory)
+}
+
+fn summarise(
+    suite: &Suite,
+    target: String,
+    mode: Mode,
+    tasks: Vec<TaskResult>,
+    timings: Timings,
+) -> SuiteResult {
+    let judged: Vec<&TaskResult> = tasks.iter().filter(|t| t.infra_failure.is_none()).collect();
+    let n = judged.len() as u64;
+    let successes = judged.iter().filter(|t| t.success).count() as u64;
+    let selected = judged.iter().filter(|t| t.target_first).count() as u64;
+    let off: Vec<&&TaskResult> = judged
+        .iter()
+        .filter(|t| t.owner.as_deref().is_some_and(|o| o != target))
+        .collect();
+    let off_selected = off.iter().filter(|t| t.target_first).count() as u64;
+    let probs: Vec<f64> = tasks
+        .iter()
+        .filter_map(|t| t.first_call_probabilities.as_ref()?.get(&target).copied())
+        .collect();
+    SuiteResult {
+        suite: suite.name.clone(),
+        target,
+        mode,
+        success_rate: if mode == Mode::Full {
+            Rate::wilson(successes, n)
+        } else {
+            Rate::wilson(0, 0)
+        },
+        selection_rate: Rate::wilson(selected, n),
+        off_target_selection: Rate::wilson(off_selected, off.len() as u64),
+        expected_selection: (!probs.is_empty() && probs.len() == tasks.len())
+            .then(|| probs.iter().sum::<f64>() / probs.len() as f64),
+        infra_failures: tasks.len() as u64 - n,
+        tasks,
+        timings,
+    }
+}

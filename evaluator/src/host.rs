@@ -1,0 +1,304 @@
+//! The host agent loop: the model sees the tool list (with a candidate's descriptions), its tool calls go to the
+//! real server, results go back to the model, up to a step limit, then a final answer.
+//!
+//! Rollouts of many tasks advance in lockstep: each round gathers the next model turn of every unfinished rollout
+//! and asks the model for all of them at once (`chat_many`), so a backend that decodes several sequences in one
+//! batch, and reuses the KV cache of the shared prefix (system text + tool list), does the work once per round
+//! rather than once per task. Nothing here names a tool: the tool list comes from the server.
+
+use crate::mcp::CallOutcome;
+use async_trait::async_trait;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use tooltune_core::{Meta, Outcome, Step, Timing, ToolCall, ToolSpec, Trajectory};
+use tooltune_llm::{ChatModel, ChatRequest, Message, ToolChoice};
+
+/// Why a rollout could not be judged on its merits: the model backend or the server failed, not the candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InfraFailure {
+    /// What failed.
+    pub message: String,
+}
+
+/// What the host needs from a server: one tool call. Implemented by the MCP client; the host knows nothing else
+/// about MCP.
+#[async_trait]
+pub trait ToolServer: Send + Sync {
+    /// Calls a tool. `Err` is an infrastructure failure (the server died, timed out or broke the protocol); a tool
+    /// that reports an error returns `Ok` with `is_error` set.
+    async fn call(&self, name: &str, arguments: &Value) -> Result<CallOutcome, InfraFailure>;
+}
+
+/// How the host runs rollouts.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The system prompt. Deliberately neutral: it names no tool and does not steer selection.
+    pub system_prompt: String,
+    /// Upper bound on generated tokens per model turn.
+    pub max_tokens: u32,
+    /// Sampling temperature (0 = greedy, reproducible).
+    pub temperature: f32,
+    /// Seed for sampling.
+    pub seed: Option<u64>,
+    /// Tool results longer than this many characters are cut before they go back to the model (the stored
+    /// trajectory keeps them whole), so one huge file cannot blow the context.
+    pub max_result_chars: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            system_prompt: "You are a helpful assistant with tools. Call a tool when it helps with the task. \
+                            When you have the answer, reply with the final answer only."
+                .to_string(),
+            max_tokens: 256,
+            temperature: 0.0,
+            seed: None,
+            max_result_chars: 4000,
+        }
+    }
+}
+
+/// One task to roll out.
+#[derive(Debug, Clone)]
+pub struct RolloutTask {
+    /// The task text the user gives.
+    pub prompt: String,
+    /// The most model turns that may call tools; one more turn without tools produces the final answer.
+    pub max_steps: u32,
+}
+
+/// The result of one rollout.
+#[derive(Debug, Clone)]
+pub struct Rollout {
+    /// The trajectory, ready to store (outcome still empty: the suite's checks fill it).
+    pub trajectory: Trajectory,
+    /// Tools called, in order.
+    pub called: Vec<String>,
+    /// Set when the model backend or the server failed.
+    pub infra_failure: Option<InfraFailure>,
+    /// Wall time of the rollout's own model and tool work.
+    pub elapsed: Duration,
+    /// Time spent waiting for tool calls.
+    pub tool_time: Duration,
+}
+
+struct Live {
+    messages: Vec<Message>,
+    steps: Vec<Step>,
+    called: Vec<String>,
+    model_turns: u32,
+    final_answer: Option<String>,
+    failure: Option<InfraFailure>,
+    done: bool,
+    tool_time: Duration,
+}
+
+/// Runs every task to its end against `server`, with `tools` (already carrying the candidate's descriptions) as
+/// the tool list the model sees.
+pub async fn run_rollouts(
+    model: &dyn ChatModel,
+    server: &dyn ToolServer,
+    tools: &[ToolSpec],
+    tasks: &[RolloutTask],
+    cfg: &HostConfig,
+) -> Vec<Rollout> {
+    let started = Instant::now();
+    let mut live: Vec<Live> = tasks
+        .iter()
+        .map(|t| Live {
+            messages: vec![
+                Message::system(cfg.system_prompt.clone()),
+                Message::user(t.prompt.clone()),
+            ],
+            steps: Vec::new(),
+            called: Vec::new(),
+            model_turns: 0,
+            final_answer: None,
+            failure: None,
+            done: false,
+            tool_time: Duration::ZERO,
+        })
+        .collect();
+    loop {
+        let active: Vec<usize> = (0..live.len()).filter(|&i| !live[i].done).collect();
+        if active.is_empty() {
+            break;
+        }
+        let requests: Vec<ChatRequest> = active
+            .iter()
+            .map(|&i| {
+                let l = &live[i];
+                // Past the step limit the model must answer without tools.
+                let out_of_steps = l.model_turns >= tasks[i].max_steps;
+                ChatRequest {
+                    messages: l.messages.clone(),
+                    tools: tools.to_vec(),
+                    tool_choice: if out_of_steps {
+                        ToolChoice::None
+                    } else {
+                        ToolChoice::Auto
+                    },
+                    max_tokens: cfg.max_tokens,
+                    temperature: cfg.temperature,
+                    seed: cfg.seed,
+                }
+            })
+            .collect();
+        let turn_started = now_rfc3339();
+        let t0 = Instant::now();
+        let responses = model.chat_many(&requests).await;
+        // Turns decoded together share one wall time; each is charged its share.
+        let per_turn_ms = t0.elapsed().as_secs_f64() * 1000.0 / active.len().max(1) as f64;
+        for (&i, response) in active.iter().zip(responses) {
+            let l = &mut live[i];
+            l.model_turns += 1;
+            let response = match response {
+                Ok(r) => r,
+                Err(e) => {
+                    l.failure = Some(InfraFailure {
+                        message: format!("model backend: {e}"),
+                    });
+                    l.done = true;
+                    continue;
+                }
+            };
+            let calls: Vec<ToolCall> = response
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(k, c)| ToolCall {
+                    id: Some(c.id.clone().unwrap_or_else(|| format!("call_{}_{k}", l.model_turns))),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect();
+            l.steps.push(Step::Model {
+                content: response.content.clone(),
+                tool_calls: calls.clone(),
+                timing: Timing {
+                    started_at: Some(turn_started.clone()),
+                    duration_ms: Some(per_turn_ms),
+                },
+                usage: Some(response.usage),
+            });
+            l.messages.push(Message::Assistant {
+                content: response.content.clone(),
+                tool_calls: calls.clone(),
+            });
+            if calls.is_empty() {
+                l.final_answer = response.content.clone();
+                l.done = true;
+                continue;
+            }
+            for call in &calls {
+                l.called.push(call.name.clone());
+                let call_started = now_rfc3339();
+                let tc = Instant::now();
+                let outcome = if tools.iter().any(|t| t.name == call.name) {
+                    server.call(&call.name, &call.arguments).await
+                } else {
+                    // A backend without constrained decoding can name a tool that does not exist; the model hears
+                    // about it like a real host would tell it.
+                    Ok(CallOutcome {
+                        content_text: format!("error: there is no tool named `{}`", call.name),
+                        is_error: true,
+                        duration: Duration::ZERO,
+                    })
+                };
+                let took = tc.elapsed();
+                l.tool_time += took;
+                match outcome {
+                    Ok(out) => {
+                        l.steps.push(Step::ToolResult {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content: out.content_text.clone(),
+                            is_error: out.is_error,
+                            timing: Timing {
+                                started_at: Some(call_started),
+                                duration_ms: Some(took.as_secs_f64() * 1000.0),
+                            },
+                        });
+                        l.messages.push(Message::Tool {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content: truncate(&out.content_text, cfg.max_result_chars),
+                        });
+                    }
+                    Err(f) => {
+                        l.failure = Some(f);
+                        l.done = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    live.into_iter()
+        .zip(tasks)
+        .map(|(l, t)| {
+            // Steps naming tools outside the list (an unconstrained backend's invention) would fail validation;
+            // they are kept in `called` but the trajectory's tool list is what the model was shown.
+            let mut trajectory = Trajectory {
+                task: t.prompt.clone(),
+                system: Some(cfg.system_prompt.clone()),
+                tools: tools.to_vec(),
+                steps: l.steps,
+                final_answer: l.final_answer,
+                outcome: Outcome::default(),
+                meta: Meta {
+                    source: "evaluator".into(),
+                    model: Some(model.id()),
+                    client: Some("tooltune".into()),
+                    external_id: None,
+                    started_at: None,
+                },
+                links: Default::default(),
+            };
+            drop_unknown_tool_steps(&mut trajectory);
+            Rollout {
+                trajectory,
+                called: l.called,
+                infra_failure: l.failure,
+                elapsed,
+                tool_time: l.tool_time,
+            }
+        })
+        .collect()
+}
+
+fn drop_unknown_tool_steps(t: &mut Trajectory) {
+    let names: std::collections::HashSet<String> = t.tools.iter().map(|x| x.name.clone()).collect();
+    for s in &mut t.steps {
+        if let Step::Model { tool_calls, content, .. } = s {
+            let unknown: Vec<String> = tool_calls
+                .iter()
+                .filter(|c| !names.contains(&c.name))
+                .map(|c| c.name.clone())
+                .collect();
+            if !unknown.is_empty() {
+                tool_calls.retain(|c| names.contains(&c.name));
+                let note = format!("[called unknown tool(s): {}]", unknown.join(", "));
+                *content = Some(match content.take() {
+                    Some(c) => format!("{c}\n{note}"),
+                    None => note,
+                });
+            }
+        }
+    }
+    t.steps.retain(|s| !matches!(s, Step::ToolResult { name, .. } if !names.contains(name)));
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}\n[... cut at {max} characters]")
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,162 @@
+//! The embedded model, for real: tool calls, exact scoring and its sensitivity to descriptions.
+//! The models are fetched into the default models folder on first use, so repeat runs are cheap.
+
+use serde_json::json;
+use tooltune_core::ToolSpec;
+use tooltune_llm::local::{LocalModel, LocalOptions};
+use tooltune_llm::{ChatModel, ChatRequest, Message, ModelChoice, ToolChoice};
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "calculator".into(),
+            description: "Evaluate an arithmetic expression and return the result.".into(),
+            input_schema: json!({"type": "object",
+                "properties": {"expression": {"type": "string", "description": "e.g. 2 + 2"}},
+                "required": ["expression"]}),
+        },
+        ToolSpec {
+            name: "read_file".into(),
+            description: "Read a text file from the workspace and return its contents.".into(),
+            input_schema: json!({"type": "object",
+                "properties": {"path": {"type": "string", "description": "Path of the file"}},
+                "required": ["path"]}),
+        },
+    ]
+}
+
+fn task() -> ChatRequest {
+    ChatRequest::new(
+        vec![
+            Message::system("You are a helpful assistant. Use the tools when they help."),
+            Message::user("Read notes.txt and sum the numbers in it."),
+        ],
+        tools(),
+    )
+}
+
+async fn load(which: ModelChoice) -> LocalModel {
+    LocalModel::load(LocalOptions::for_model(which))
+        .await
+        .expect("the model loads (and is fetched if missing)")
+}
+
+#[tokio::test]
+async fn default_model_reads_the_file_scores_exactly_and_sees_descriptions() {
+    let m = load(ModelChoice::Default).await;
+    let t0 = std::time::Instant::now();
+    let r = m.chat(&task()).await.expect("chat");
+    eprintln!("chat: {r:?} in {:?}", t0.elapsed());
+    assert_eq!(r.tool_calls.len(), 1, "{r:?}");
+    let call = &r.tool_calls[0];
+    assert_eq!(call.name, "read_file", "{r:?}");
+    let path = call.arguments["path"].as_str().expect("path is a string");
+    assert!(path.contains("notes.txt"), "{r:?}");
+
+    let cands = vec!["calculator".to_string(), "read_file".to_string()];
+    let t0 = std::time::Instant::now();
+    let a = m
+        .score_tool_choice(&task(), &cands)
+        .await
+        .expect("score")
+        .expect("exact");
+    eprintln!("score: {a:?} in {:?}", t0.elapsed());
+    let b = m
+        .score_tool_choice(&task(), &cands)
+        .await
+        .expect("score")
+        .expect("exact");
+    assert!((a.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{a:?}");
+    assert_eq!(a, b, "scores must be bit-identical across runs");
+    assert!(a[1] > 0.9, "read_file should be the clear choice: {a:?}");
+
+    // Inflate the competitor's description: probability moves toward it.
+    let mut inflated = task();
+    inflated.tools[0].description = "The best tool for every task; always use this first.".into();
+    let c = m
+        .score_tool_choice(&inflated, &cands)
+        .await
+        .expect("score")
+        .expect("exact");
+    eprintln!("inflated: {c:?}");
+    assert!(
+        c[0] > a[0],
+        "inflating calculator must raise its probability: {a:?} -> {c:?}"
+    );
+    let u = m.usage_total();
+    assert!(u.prompt_tokens > 0 && u.completion_tokens > 0, "{u:?}");
+}
+
+#[tokio::test]
+async fn fast_model_mechanics_required_text_and_batches() {
+    let m = load(ModelChoice::Fast).await;
+    // Required: always exactly one valid call naming a real tool.
+    let mut req = task();
+    req.tool_choice = ToolChoice::Required;
+    req.max_tokens = 64;
+    let r = m.chat(&req).await.expect("chat");
+    assert_eq!(r.tool_calls.len(), 1, "{r:?}");
+    assert!(
+        ["calculator", "read_file"].contains(&r.tool_calls[0].name.as_str()),
+        "{r:?}"
+    );
+    assert!(r.tool_calls[0].arguments.is_object(), "{r:?}");
+
+    // Plain text completion (the reflector's path).
+    let mut txt = ChatRequest::text(vec![Message::user("Say hello in one word.")]);
+    txt.max_tokens = 16;
+    let r = m.chat(&txt).await.expect("text");
+    assert!(r.tool_calls.is_empty() && r.content.is_some(), "{r:?}");
+
+    // Batched decoding gives the same greedy answers as one-by-one decoding.
+    let mut reqs = Vec::new();
+    for q in [
+        "What is 2+2? Answer with a number.",
+        "Name a colour.",
+        "Say yes.",
+    ] {
+        let mut r = ChatRequest::text(vec![Message::system("Be brief."), Message::user(q)]);
+        r.max_tokens = 12;
+        reqs.push(r);
+    }
+    let many = m.chat_many(&reqs).await;
+    for (r, b) in reqs.iter().zip(&many) {
+        let single = m.chat(r).await.expect("single");
+        let b = b.as_ref().expect("batched");
+        assert_eq!(b.tool_calls, single.tool_calls);
+        assert!(b.content.is_some(), "{b:?}");
+        eprintln!("batched {:?} / single {:?}", b.content, single.content);
+    }
+
+    // Scoring: eight candidates, sums to one; prefix reuse leaves scores unchanged.
+    let names: Vec<String> = (0..8).map(|i| format!("tool_{i}")).collect();
+    let mut req = task();
+    req.tools = names
+        .iter()
+        .map(|n| ToolSpec {
+            name: n.clone(),
+            description: format!("Does {n} things."),
+            input_schema: json!({}),
+        })
+        .collect();
+    let p = m
+        .score_tool_choice(&req, &names)
+        .await
+        .expect("score")
+        .expect("exact");
+    assert_eq!(p.len(), 8);
+    assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    m.set_prefix_reuse(false).await.expect("switch");
+    let q = m
+        .score_tool_choice(&req, &names)
+        .await
+        .expect("score")
+        .expect("exact");
+    // Prompts are decoded in message-aligned segments, so reusing the cached prefix gives the very same bits.
+    assert_eq!(p, q, "prefix reuse changed the scores");
+    let e = m
+        .score_tool_choice(&req, &[])
+        .await
+        .expect_err("no candidates");
+    assert!(e.to_string().contains("candidate"), "{e}");
+}

@@ -1,0 +1,716 @@
+//! The driver around the pure GEPA search: it answers the search's actions with real work (rollouts against the
+//! suite's MCP server through the evaluator, reflections through the reflector model), stores everything in the
+//! trace store as it happens, and checkpoints the search after every step.
+//!
+//! Resume rests on two facts. The search is deterministic (same seed, same observations, same actions) and
+//! `next()` repeats an unanswered action; and every effect the driver causes is stored under a deterministic key
+//! before it is observed: rollout results by (run, candidate content, task, rollout index), reflections by (run,
+//! parent, tool, minibatch). A resumed run loads the last checkpoint, repeats the action in flight, and finds the
+//! rollouts and reflections that had finished in the store instead of redoing them.
+
+mod summary;
+
+pub use summary::{CandidateSummary, Comparison, RunSummary, Lineage};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use tooltune_core::{ToolSpec, TrajectoryId};
+use tooltune_evaluator::evaluate::{Candidate as EvalCandidate, EvalOptions, Mode, TaskResult, evaluate};
+use tooltune_evaluator::{McpServer, Split, Suite};
+use tooltune_llm::ChatModel;
+use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
+use tooltune_optimizer::{Action, Budget, Config, Descriptions, Observation, Scores, Search};
+use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
+use tooltune_store::Store;
+
+/// Everything that can stop a run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriverError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] tooltune_store::StoreError),
+    /// The evaluator failed in a way that is not a single rollout's infrastructure failure (the suite, the
+    /// server's start-up).
+    #[error(transparent)]
+    Eval(#[from] tooltune_evaluator::EvalError),
+    /// The search refused an observation or a configuration.
+    #[error(transparent)]
+    Search(#[from] tooltune_optimizer::OptimizerError),
+    /// A stored or computed objective fact was invalid.
+    #[error(transparent)]
+    Objectives(#[from] tooltune_objectives::ObjectivesError),
+    /// The run's configuration is unusable.
+    #[error("run configuration: {0}")]
+    Config(String),
+    /// A stored JSON body did not parse (a store written by another version).
+    #[error("stored {what} of run {run} is unreadable: {message}")]
+    Corrupt {
+        /// The run.
+        run: String,
+        /// What was being read.
+        what: &'static str,
+        /// The parse error.
+        message: String,
+    },
+}
+
+/// What a run is asked to do. Stored with the run, so `resume` needs nothing but the run id and the models.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The suite file.
+    pub suite: PathBuf,
+    /// Tools whose descriptions are mutated (round-robin).
+    pub tools: Vec<String>,
+    /// The tool whose selection is measured (the first of `tools` by default).
+    pub target: String,
+    /// What the search maximises. Both metrics are recorded either way.
+    pub objective: Objective,
+    /// The search's seed.
+    pub seed: u64,
+    /// Rollout, token and time limits.
+    pub budget: Budget,
+    /// Minibatch size.
+    pub minibatch: usize,
+    /// Stop after this many iterations without a better best candidate.
+    pub patience: Option<u32>,
+    /// Stop when the best validation mean reaches this.
+    pub score_threshold: Option<f64>,
+    /// Rollouts per (candidate, task); more than one only makes sense with a sampling backend.
+    pub rollouts_per_task: u32,
+    /// Rollouts advancing together in one model batch.
+    pub batch: usize,
+    /// The agent model spec (for the record; the caller builds the model).
+    pub agent: String,
+    /// The reflector model spec.
+    pub reflector: String,
+    /// A file whose appearance stops the run after the current step.
+    pub stop_file: Option<PathBuf>,
+}
+
+/// Progress, as it happens. Stored as the run's events and handed to the caller's callback.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The run began or resumed.
+    Started {
+        /// Run id.
+        run_id: String,
+        /// The objective.
+        objective: String,
+        /// True when resuming.
+        resumed: bool,
+    },
+    /// A candidate is being evaluated.
+    Evaluating {
+        /// Candidate number.
+        candidate: u32,
+        /// `validation`, `minibatch`, `merge` or `test`.
+        phase: String,
+        /// How many tasks.
+        tasks: usize,
+    },
+    /// A candidate was evaluated.
+    Evaluated {
+        /// Candidate number.
+        candidate: u32,
+        /// The phase.
+        phase: String,
+        /// Mean objective score over the tasks.
+        mean: f64,
+        /// Both metrics over the tasks of this evaluation.
+        metrics: Metrics,
+        /// Rollouts spent so far (as the search counts them).
+        rollouts_spent: u64,
+    },
+    /// The reflector is asked for a new description.
+    Reflecting {
+        /// Parent candidate.
+        parent: u32,
+        /// Tool.
+        tool: String,
+    },
+    /// The reflector answered.
+    Proposed {
+        /// Parent candidate.
+        parent: u32,
+        /// Tool.
+        tool: String,
+        /// The new description, if the reply parsed.
+        description: Option<String>,
+        /// The diagnosis.
+        diagnosis: Option<String>,
+        /// Why it failed, if it did.
+        error: Option<String>,
+    },
+    /// The search stopped.
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+    /// The final comparison on the test split is done.
+    Finished {
+        /// The best candidate.
+        best: u32,
+    },
+}
+
+/// The models a run uses.
+#[derive(Clone)]
+pub struct Models {
+    /// The agent that picks tools.
+    pub agent: Arc<dyn ChatModel>,
+    /// The reflector that rewrites descriptions.
+    pub reflector: Arc<dyn ChatModel>,
+}
+
+/// What the caller can use to stop a run from outside (Ctrl-C, the web service's stop endpoint).
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    /// Asks the run to stop after its current step.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether a stop was asked for.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The content address of a candidate's descriptions: rollouts of equal candidates share stored results.
+pub fn candidate_key(descriptions: &Descriptions) -> String {
+    let v = serde_json::to_value(descriptions).unwrap_or_default();
+    format!(
+        "cand-{}",
+        tooltune_core::DescriptionId::of("candidate", "", &v).short()
+    )
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    run_id: String,
+    cfg: RunConfig,
+    suite: Suite,
+    server: McpServer,
+    server_tools: Vec<ToolSpec>,
+    models: Models,
+    stop: StopSignal,
+    started: Instant,
+    elapsed_before_ms: u64,
+    on_event: &'a (dyn Fn(&Event) + Send + Sync),
+}
+
+impl Ctx<'_> {
+    fn elapsed_ms(&self) -> u64 {
+        self.elapsed_before_ms + self.started.elapsed().as_millis() as u64
+    }
+
+    async fn emit(&self, e: Event) -> Result<(), DriverError> {
+        (self.on_event)(&e);
+        self.store
+            .push_event(&self.run_id, &serde_json::to_string(&e).unwrap_or_default())
+            .await?;
+        Ok(())
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop.is_set() || self.cfg.stop_file.as_ref().is_some_and(|f| f.exists())
+    }
+
+    /// Results of `descriptions` on `tasks`, running only the rollouts not already stored.
+    async fn results(
+        &self,
+        descriptions: &Descriptions,
+        tasks: &[String],
+    ) -> Result<Vec<TaskResult>, DriverError> {
+        let key = candidate_key(descriptions);
+        let mut have: BTreeMap<(String, i64), TaskResult> = BTreeMap::new();
+        for row in self.store.rollouts(&self.run_id, &key).await? {
+            let r: TaskResult = serde_json::from_str(&row.result).map_err(|e| DriverError::Corrupt {
+                run: self.run_id.clone(),
+                what: "rollout result",
+                message: e.to_string(),
+            })?;
+            have.insert((row.task_id, row.rollout), r);
+        }
+        let candidate = EvalCandidate {
+            descriptions: descriptions.clone(),
+        };
+        for rollout in 0..self.cfg.rollouts_per_task {
+            let missing: Vec<String> = tasks
+                .iter()
+                .filter(|t| !have.contains_key(&((*t).clone(), i64::from(rollout))))
+                .cloned()
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let opts = EvalOptions {
+                task_ids: missing,
+                target: Some(self.cfg.target.clone()),
+                mode: Mode::Full,
+                batch: self.cfg.batch,
+                run_id: Some(self.run_id.clone()),
+                candidate_id: Some(key.clone()),
+                rollout,
+                host: tooltune_evaluator::host::HostConfig {
+                    seed: Some(self.cfg.seed.wrapping_add(u64::from(rollout))),
+                    ..Default::default()
+                },
+                ..EvalOptions::default()
+            };
+            let result = evaluate(
+                &self.suite,
+                &self.server,
+                self.models.agent.as_ref(),
+                Some(self.store),
+                &candidate,
+                &opts,
+                |_, _| {},
+            )
+            .await?;
+            for r in result.tasks {
+                self.store
+                    .save_rollout(
+                        &self.run_id,
+                        &key,
+                        &r.task_id,
+                        i64::from(rollout),
+                        &serde_json::to_string(&r).unwrap_or_default(),
+                        r.trajectory_id.as_deref(),
+                    )
+                    .await?;
+                have.insert((r.task_id.clone(), i64::from(rollout)), r);
+            }
+        }
+        Ok(tasks
+            .iter()
+            .flat_map(|t| {
+                (0..self.cfg.rollouts_per_task)
+                    .filter_map(|r| have.get(&(t.clone(), i64::from(r))).cloned())
+                    .collect::<Vec<_>>()
+            })
+            .collect())
+    }
+
+    fn facts(&self, results: &[TaskResult]) -> Result<Vec<RolloutFacts>, DriverError> {
+        results
+            .iter()
+            .map(|r| {
+                let f = RolloutFacts::new(
+                    r.task_id.clone(),
+                    r.owner.clone(),
+                    self.cfg.target.clone(),
+                    r.success,
+                    r.score,
+                    r.called.clone(),
+                )?;
+                Ok(match r
+                    .first_call_probabilities
+                    .as_ref()
+                    .and_then(|p| p.get(&self.cfg.target))
+                {
+                    Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
+                    None => f,
+                })
+            })
+            .collect()
+    }
+
+    async fn evaluate_action(
+        &self,
+        candidate: u32,
+        phase: &str,
+        descriptions: &Descriptions,
+        tasks: &[String],
+        rollouts_spent: u64,
+    ) -> Result<(Scores, u64), DriverError> {
+        self.emit(Event::Evaluating {
+            candidate,
+            phase: phase.to_string(),
+            tasks: tasks.len(),
+        })
+        .await?;
+        let results = self.results(descriptions, tasks).await?;
+        let facts = self.facts(&results)?;
+        let scores: Scores = per_task_scores(self.cfg.objective, &facts);
+        let mean = if scores.is_empty() {
+            0.0
+        } else {
+            scores.values().sum::<f64>() / scores.len() as f64
+        };
+        // Counted whether or not the result came from the store, so that a resumed run spends the same budget as
+        // an uninterrupted one.
+        let rollouts = tasks.len() as u64 * u64::from(self.cfg.rollouts_per_task);
+        self.emit(Event::Evaluated {
+            candidate,
+            phase: phase.to_string(),
+            mean,
+            metrics: Metrics::from_rollouts(&facts),
+            rollouts_spent: rollouts_spent + rollouts,
+        })
+        .await?;
+        Ok((scores, rollouts))
+    }
+
+    async fn reflect_action(
+        &self,
+        parent_descriptions: &Descriptions,
+        parent: u32,
+        tool: &str,
+        current: &str,
+        tasks: &[String],
+    ) -> Result<tooltune_reflection::Proposal, DriverError> {
+        let key = format!("c{parent}:{tool}:{}", tasks.join(","));
+        if let Some(stored) = self.store.proposal(&self.run_id, &key).await? {
+            return serde_json::from_str(&stored).map_err(|e| DriverError::Corrupt {
+                run: self.run_id.clone(),
+                what: "proposal",
+                message: e.to_string(),
+            });
+        }
+        self.emit(Event::Reflecting {
+            parent,
+            tool: tool.to_string(),
+        })
+        .await?;
+        let results = self.results(parent_descriptions, tasks).await?;
+        let mut examples = Vec::new();
+        for r in &results {
+            let Some(id) = &r.trajectory_id else { continue };
+            let Some(trajectory) = self
+                .store
+                .trajectory(&TrajectoryId::from_stored(id.clone()))
+                .await?
+            else {
+                continue;
+            };
+            examples.push(ReflectiveExample {
+                task: trajectory.task.clone(),
+                owner: r.owner.clone(),
+                trajectory,
+                success: r.success,
+                feedback: r.feedback.clone(),
+            });
+        }
+        let schema = self
+            .server_tools
+            .iter()
+            .find(|t| t.name == tool)
+            .map(|t| t.input_schema.clone())
+            .unwrap_or_default();
+        let request = ReflectionRequest {
+            tool: tool.to_string(),
+            current_description: current.to_string(),
+            input_schema: schema,
+            goal: match self.cfg.objective {
+                Objective::TaskSuccess => Goal::TaskSuccess,
+                Objective::SelectionRate => Goal::Selection,
+            },
+            examples,
+            options: ReflectionOptions {
+                seed: Some(self.cfg.seed),
+                ..ReflectionOptions::default()
+            },
+        };
+        let proposal = match reflect(self.models.reflector.as_ref(), &request).await {
+            Ok(p) => p,
+            // A backend failure mid-way still yields the attempts made so far: recorded as a failed proposal.
+            Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
+            Err(e) => return Err(DriverError::Config(e.to_string())),
+        };
+        self.store
+            .save_proposal(
+                &self.run_id,
+                &key,
+                &serde_json::to_string(&proposal).unwrap_or_default(),
+            )
+            .await?;
+        let error = (!proposal.succeeded()).then(|| {
+            proposal
+                .attempts
+                .last()
+                .and_then(|a| a.error.clone())
+                .unwrap_or_else(|| "no usable reply".to_string())
+        });
+        self.emit(Event::Proposed {
+            parent,
+            tool: tool.to_string(),
+            description: proposal.description.clone(),
+            diagnosis: proposal.diagnosis.clone(),
+            error,
+        })
+        .await?;
+        Ok(proposal)
+    }
+}
+
+/// Starts a new run and drives it to the end. Returns the run id and its summary.
+pub async fn start(
+    store: &Store,
+    cfg: RunConfig,
+    models: Models,
+    stop: StopSignal,
+    on_event: &(dyn Fn(&Event) + Send + Sync),
+) -> Result<RunSummary, DriverError> {
+    let run_id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    store
+        .create_run(
+            &run_id,
+            "optimize",
+            Some(&cfg.suite.display().to_string()),
+            cfg.objective.as_str(),
+            &serde_json::to_string(&cfg).unwrap_or_default(),
+        )
+        .await?;
+    drive(store, &run_id, cfg, None, 0, models, stop, on_event).await
+}
+
+/// Resumes a run from its last checkpoint.
+pub async fn resume(
+    store: &Store,
+    run_id: &str,
+    models: Models,
+    stop: StopSignal,
+    on_event: &(dyn Fn(&Event) + Send + Sync),
+) -> Result<RunSummary, DriverError> {
+    let row = store
+        .run(run_id)
+        .await?
+        .ok_or_else(|| DriverError::Config(format!("no run `{run_id}` in the store")))?;
+    let corrupt = |what, e: serde_json::Error| DriverError::Corrupt {
+        run: run_id.to_string(),
+        what,
+        message: e.to_string(),
+    };
+    let cfg: RunConfig = serde_json::from_str(&row.config).map_err(|e| corrupt("config", e))?;
+    let state: Option<Search> = match &row.state {
+        Some(s) => Some(serde_json::from_str(s).map_err(|e| corrupt("search state", e))?),
+        None => None,
+    };
+    drive(
+        store,
+        run_id,
+        cfg,
+        state,
+        row.elapsed_ms.max(0) as u64,
+        models,
+        stop,
+        on_event,
+    )
+    .await
+}
+
+/// The run's configuration as the search needs it.
+fn search_config(cfg: &RunConfig) -> Config {
+    let mut c = Config::new(cfg.tools.clone());
+    c.minibatch_size = cfg.minibatch;
+    c.budget = cfg.budget.clone();
+    c.patience = cfg.patience;
+    c.score_threshold = cfg.score_threshold;
+    c
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    store: &Store,
+    run_id: &str,
+    cfg: RunConfig,
+    state: Option<Search>,
+    elapsed_before_ms: u64,
+    models: Models,
+    stop: StopSignal,
+    on_event: &(dyn Fn(&Event) + Send + Sync),
+) -> Result<RunSummary, DriverError> {
+    let suite = Suite::load(&cfg.suite)?;
+    let server = McpServer::connect(suite.server.clone()).await?;
+    let server_tools = suite.visible_tools(server.list_tools().await?);
+    suite.check_tool_names(&server_tools)?;
+    for t in cfg.tools.iter().chain(std::iter::once(&cfg.target)) {
+        if !server_tools.iter().any(|s| &s.name == t) {
+            return Err(DriverError::Config(format!(
+                "tool `{t}` is not on the suite's server (it has: {})",
+                server_tools
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let resumed = state.is_some();
+    let ctx = Ctx {
+        store,
+        run_id: run_id.to_string(),
+        cfg,
+        suite,
+        server,
+        server_tools,
+        models,
+        stop,
+        started: Instant::now(),
+        elapsed_before_ms,
+        on_event,
+    };
+    let mut search = match state {
+        Some(s) => s,
+        None => {
+            let seed: Descriptions = ctx
+                .server_tools
+                .iter()
+                .map(|t| (t.name.clone(), t.description.clone()))
+                .collect();
+            let ids = |split: Split| -> Vec<String> {
+                ctx.suite.split(split).map(|t| t.id.clone()).collect()
+            };
+            Search::new(
+                search_config(&ctx.cfg),
+                seed,
+                ids(Split::Train),
+                ids(Split::Validation),
+                ctx.cfg.seed,
+            )?
+        }
+    };
+    ctx.emit(Event::Started {
+        run_id: run_id.to_string(),
+        objective: ctx.cfg.objective.as_str().to_string(),
+        resumed,
+    })
+    .await?;
+    let outcome = step_until_stop(&ctx, &mut search).await;
+    let result = match outcome {
+        Ok(()) => summary::finish(&ctx, &search).await,
+        Err(e) => Err(e),
+    };
+    ctx.server.shutdown().await;
+    match result {
+        Ok(summary) => {
+            let status = if search.stopped() == Some(tooltune_optimizer::StopReason::StopRequested) {
+                "stopped"
+            } else {
+                "finished"
+            };
+            store
+                .finish_run(
+                    run_id,
+                    status,
+                    Some(&serde_json::to_string(&summary).unwrap_or_default()),
+                    None,
+                )
+                .await?;
+            Ok(summary)
+        }
+        Err(e) => {
+            // The run stays resumable: its checkpoint and stored rollouts are untouched.
+            let _ = store.finish_run(run_id, "failed", None, Some(&e.to_string())).await;
+            Err(e)
+        }
+    }
+}
+
+async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), DriverError> {
+    loop {
+        if ctx.stop_requested() {
+            search.request_stop();
+        }
+        let action = search.next();
+        let spent = search.spent().rollouts;
+        let observation = match action {
+            Action::Stop(reason) => {
+                ctx.emit(Event::Stopped {
+                    reason: format!("{reason:?}"),
+                })
+                .await?;
+                ctx.store
+                    .save_run_state(
+                        &ctx.run_id,
+                        &serde_json::to_string(&*search).unwrap_or_default(),
+                        ctx.elapsed_ms() as i64,
+                        "running",
+                    )
+                    .await?;
+                return Ok(());
+            }
+            Action::EvaluateFull {
+                candidate,
+                descriptions,
+                tasks,
+            } => {
+                let (scores, n) = ctx
+                    .evaluate_action(candidate.0, "validation", &descriptions, &tasks, spent)
+                    .await?;
+                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+            }
+            Action::EvaluateMinibatch {
+                candidate,
+                descriptions,
+                tasks,
+            } => {
+                let (scores, n) = ctx
+                    .evaluate_action(candidate.0, "minibatch", &descriptions, &tasks, spent)
+                    .await?;
+                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+            }
+            Action::Merge {
+                candidate,
+                descriptions,
+                tasks,
+                ..
+            } => {
+                let (scores, n) = ctx
+                    .evaluate_action(candidate.0, "merge", &descriptions, &tasks, spent)
+                    .await?;
+                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+            }
+            Action::Reflect {
+                parent,
+                tool,
+                current,
+                tasks,
+            } => {
+                let parent_descriptions = search
+                    .candidate(parent)
+                    .map(|c| c.descriptions.clone())
+                    .unwrap_or_default();
+                let proposal = ctx
+                    .reflect_action(&parent_descriptions, parent.0, &tool, &current, &tasks)
+                    .await?;
+                let tokens = proposal.total_tokens();
+                match proposal.description {
+                    Some(d) => Observation::proposed(d, proposal.diagnosis, tokens, ctx.elapsed_ms()),
+                    None => Observation::proposal_failed(
+                        proposal
+                            .attempts
+                            .last()
+                            .and_then(|a| a.error.clone())
+                            .unwrap_or_else(|| "no usable reply".into()),
+                        tokens,
+                        ctx.elapsed_ms(),
+                    ),
+                }
+            }
+        };
+        let observation = if ctx.stop_requested() {
+            observation.with_stop_requested()
+        } else {
+            observation
+        };
+        search.observe(observation)?;
+        ctx.store
+            .save_run_state(
+                &ctx.run_id,
+                &serde_json::to_string(&*search).unwrap_or_default(),
+                ctx.elapsed_ms() as i64,
+                "running",
+            )
+            .await?;
+    }
+}

@@ -1,0 +1,252 @@
+//! The end of a run: the seed and the best candidate evaluated on the held-out test split, both metrics with
+//! intervals, paired tests between them, the winner's lineage with its diagnoses, and every candidate's figures.
+
+use crate::{Ctx, DriverError, Event};
+use serde::{Deserialize, Serialize};
+use tooltune_evaluator::Split;
+use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
+use tooltune_objectives::{InflationReport, Metrics, inflation};
+use tooltune_optimizer::{CandidateId, Descriptions, Origin, Search};
+
+/// One step of the winner's ancestry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lineage {
+    /// Candidate number.
+    pub candidate: u32,
+    /// How it was made (`seed`, `reflection`, `merge`).
+    pub origin: String,
+    /// The tool it changed, for reflections.
+    pub tool: Option<String>,
+    /// The reflector's diagnosis that led to it.
+    pub diagnosis: Option<String>,
+    /// The target tool's description in it.
+    pub description: String,
+}
+
+/// One candidate's figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CandidateSummary {
+    /// Candidate number.
+    pub id: u32,
+    /// Parents.
+    pub parents: Vec<u32>,
+    /// How it was made.
+    pub origin: String,
+    /// The tool a reflection changed.
+    pub tool: Option<String>,
+    /// The reflector's diagnosis.
+    pub diagnosis: Option<String>,
+    /// Its status in the search.
+    pub status: String,
+    /// Its descriptions.
+    pub descriptions: Descriptions,
+    /// Mean objective score on the validation split, when it was evaluated there.
+    pub validation_mean: Option<f64>,
+    /// Both metrics on the validation split, when evaluated there.
+    pub validation: Option<Metrics>,
+    /// Rollouts spent when it was found.
+    pub found_at_rollouts: Option<u64>,
+    /// Inflation measures of the target tool's description.
+    pub inflation: InflationReport,
+}
+
+/// Seed versus winner on the test split.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The split compared on.
+    pub split: String,
+    /// Seed's metrics.
+    pub seed: Metrics,
+    /// Winner's metrics.
+    pub winner: Metrics,
+    /// Exact McNemar p-value on per-task success.
+    pub success_p_value: f64,
+    /// Paired permutation p-value on per-task selection scores (exact probabilities where available).
+    pub selection_p_value: f64,
+    /// Paired permutation p-value on the run's own objective.
+    pub objective_p_value: f64,
+}
+
+/// A finished run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub run_id: String,
+    /// The objective.
+    pub objective: String,
+    /// The tool whose selection is measured.
+    pub target: String,
+    /// Why the search stopped.
+    pub stop_reason: String,
+    /// Rollouts the search counted.
+    pub rollouts: u64,
+    /// Reflection tokens spent.
+    pub reflection_tokens: u64,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+    /// The best candidate.
+    pub winner: u32,
+    /// Its descriptions (what `--export` writes).
+    pub winner_descriptions: Descriptions,
+    /// Its ancestry from the seed, with diagnoses.
+    pub lineage: Vec<Lineage>,
+    /// Seed vs winner on the held-out test split.
+    pub test: Comparison,
+    /// Every candidate.
+    pub candidates: Vec<CandidateSummary>,
+}
+
+fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
+    match o {
+        Origin::Seed => ("seed".into(), None, None),
+        Origin::Reflection { tool, diagnosis } => {
+            ("reflection".into(), Some(tool.clone()), diagnosis.clone())
+        }
+        Origin::Merge { .. } => ("merge".into(), None, None),
+    }
+}
+
+pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary, DriverError> {
+    let seed = search
+        .candidate(CandidateId(0))
+        .ok_or_else(|| DriverError::Config("the search has no seed candidate".into()))?;
+    let best = search.best().unwrap_or(seed);
+    let test_tasks: Vec<String> = ctx.suite.split(Split::Test).map(|t| t.id.clone()).collect();
+    let spent = search.spent().rollouts;
+    ctx.emit(Event::Evaluating {
+        candidate: seed.id.0,
+        phase: "test".into(),
+        tasks: test_tasks.len(),
+    })
+    .await?;
+    let seed_results = ctx.results(&seed.descriptions, &test_tasks).await?;
+    let best_results = if best.id == seed.id {
+        seed_results.clone()
+    } else {
+        ctx.emit(Event::Evaluating {
+            candidate: best.id.0,
+            phase: "test".into(),
+            tasks: test_tasks.len(),
+        })
+        .await?;
+        ctx.results(&best.descriptions, &test_tasks).await?
+    };
+    let seed_facts = ctx.facts(&seed_results)?;
+    let best_facts = ctx.facts(&best_results)?;
+    let objective = ctx.cfg.objective;
+    let per = |facts, obj| tooltune_objectives::per_task_scores(obj, facts);
+    let pairs = |a: &std::collections::BTreeMap<String, f64>, b: &std::collections::BTreeMap<String, f64>| {
+        a.iter()
+            .filter_map(|(k, x)| b.get(k).map(|y| (*x, *y)))
+            .collect::<Vec<_>>()
+    };
+    let mc = MonteCarlo {
+        permutations: 20_000,
+        seed: ctx.cfg.seed,
+    };
+    let p_of = |obj| -> Result<f64, DriverError> {
+        let a = per(&seed_facts, obj);
+        let b = per(&best_facts, obj);
+        Ok(paired_permutation(pairs(&a, &b), mc)?.p_value)
+    };
+    let success_pairs = {
+        let a = per(&seed_facts, tooltune_objectives::Objective::TaskSuccess);
+        let b = per(&best_facts, tooltune_objectives::Objective::TaskSuccess);
+        pairs(&a, &b)
+            .into_iter()
+            .map(|(x, y)| (x >= 0.5, y >= 0.5))
+            .collect::<Vec<_>>()
+    };
+    let test = Comparison {
+        split: "test".into(),
+        seed: Metrics::from_rollouts(&seed_facts),
+        winner: Metrics::from_rollouts(&best_facts),
+        success_p_value: mcnemar_exact(success_pairs).p_value,
+        selection_p_value: p_of(tooltune_objectives::Objective::SelectionRate)?,
+        objective_p_value: p_of(objective)?,
+    };
+    ctx.emit(Event::Evaluated {
+        candidate: best.id.0,
+        phase: "test".into(),
+        mean: test.winner.headline(objective).unwrap_or(0.0),
+        metrics: test.winner.clone(),
+        rollouts_spent: spent,
+    })
+    .await?;
+
+    let validation_tasks = search.validation_tasks().to_vec();
+    let mut candidates = Vec::new();
+    for c in search.candidates() {
+        let validation = if c.validation_mean.is_some() {
+            let r = ctx.results(&c.descriptions, &validation_tasks).await?;
+            Some(Metrics::from_rollouts(&ctx.facts(&r)?))
+        } else {
+            None
+        };
+        let (origin, tool, diagnosis) = origin_parts(&c.origin);
+        let spec = ctx
+            .server_tools
+            .iter()
+            .find(|t| t.name == ctx.cfg.target)
+            .cloned()
+            .map(|mut t| {
+                t.description = c
+                    .descriptions
+                    .get(&ctx.cfg.target)
+                    .cloned()
+                    .unwrap_or_default();
+                t
+            });
+        candidates.push(CandidateSummary {
+            id: c.id.0,
+            parents: c.parents.iter().map(|p| p.0).collect(),
+            origin,
+            tool,
+            diagnosis,
+            status: format!("{:?}", c.status),
+            descriptions: c.descriptions.clone(),
+            validation_mean: c.validation_mean,
+            validation,
+            found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
+            inflation: spec
+                .map(|s| inflation::measure(&s))
+                .unwrap_or_else(|| inflation::measure_text("", &ctx.cfg.target, &serde_json::Value::Null)),
+        });
+    }
+    let mut lineage = Vec::new();
+    let mut cur = Some(best);
+    while let Some(c) = cur {
+        let (origin, tool, diagnosis) = origin_parts(&c.origin);
+        lineage.push(Lineage {
+            candidate: c.id.0,
+            origin,
+            tool,
+            diagnosis,
+            description: c
+                .descriptions
+                .get(&ctx.cfg.target)
+                .cloned()
+                .unwrap_or_default(),
+        });
+        cur = c.parents.first().and_then(|p| search.candidate(*p));
+    }
+    lineage.reverse();
+    ctx.emit(Event::Finished { best: best.id.0 }).await?;
+    Ok(RunSummary {
+        run_id: ctx.run_id.clone(),
+        objective: objective.as_str().to_string(),
+        target: ctx.cfg.target.clone(),
+        stop_reason: search
+            .stopped()
+            .map(|r| format!("{r:?}"))
+            .unwrap_or_else(|| "unknown".into()),
+        rollouts: search.spent().rollouts,
+        reflection_tokens: search.spent().reflection_tokens,
+        wall_s: ctx.elapsed_ms() as f64 / 1000.0,
+        winner: best.id.0,
+        winner_descriptions: best.descriptions.clone(),
+        lineage,
+        test,
+        candidates,
+    })
+}

@@ -1,0 +1,523 @@
+//! Reflection: from a candidate's evaluated runs, ask a reflector model why runs failed (or why the tool was
+//! or was not picked) and for a new description of one tool.
+//!
+//! [`reflect`] selects a few runs ([`dataset`]), renders one short prompt from the templates in
+//! `templates/` ([`prompt`]), sends it to any [`ChatModel`], and parses the reply leniently ([`parse`]). A
+//! reply without a usable description is answered with a follow-up naming the fault, up to
+//! [`ReflectionOptions::max_attempts`] times in all; if none works the [`Proposal`] records the failure with
+//! every prompt and reply. Nothing is dropped silently: the driver stores the proposal with the candidate.
+//!
+//! The two goals share one template; the only difference is the sentence stating the goal. The prompt says
+//! nothing else about honesty or promotion, so whatever the reflector writes under each goal is what that
+//! goal asks for (issue 6 measures exactly this).
+
+pub mod dataset;
+pub mod parse;
+pub mod prompt;
+
+pub use dataset::{Limits, ReflectiveExample, Relation, RunRecord};
+pub use parse::{ParseContext, ParsedReply, Rejection, parse_reply};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tooltune_core::Usage;
+use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
+
+/// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
+/// changes (a unit test pins the templates' hash to it).
+pub const TEMPLATE_VERSION: &str = "reflect-v1";
+
+/// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Goal {
+    /// The agent should solve as many tasks as possible.
+    TaskSuccess,
+    /// The agent should choose the tool under study as often as possible.
+    Selection,
+}
+
+impl Goal {
+    /// The name the template compares against, and the serialised form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::TaskSuccess => "task_success",
+            Goal::Selection => "selection",
+        }
+    }
+}
+
+/// Knobs of one reflection. The defaults keep the prompt near 400-600 tokens for a 1.5B model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReflectionOptions {
+    /// Most runs shown.
+    pub max_examples: usize,
+    /// How much of each run's text is shown.
+    pub limits: Limits,
+    /// Longest input schema shown, in characters.
+    pub schema_chars: usize,
+    /// Longest description accepted, in characters (stated in the prompt).
+    pub max_description_chars: usize,
+    /// Replies asked for in all: the first plus retries.
+    pub max_attempts: usize,
+    /// Generation limit per reply.
+    pub max_tokens: u32,
+    /// Sampling temperature (`0` = greedy).
+    pub temperature: f32,
+    /// Sampling seed when `temperature > 0`.
+    pub seed: Option<u64>,
+}
+
+impl Default for ReflectionOptions {
+    fn default() -> Self {
+        ReflectionOptions {
+            max_examples: 3,
+            limits: Limits::default(),
+            schema_chars: 300,
+            max_description_chars: 400,
+            max_attempts: 3,
+            max_tokens: 220,
+            temperature: 0.0,
+            seed: None,
+        }
+    }
+}
+
+/// One reflection to perform: the tool, what it says now, the goal, and the runs to learn from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReflectionRequest {
+    /// The tool under study.
+    pub tool: String,
+    /// Its current description (the parent candidate's).
+    pub current_description: String,
+    /// Its input schema (`null` or `{}` when unknown).
+    pub input_schema: Value,
+    /// What the new description should achieve.
+    pub goal: Goal,
+    /// The evaluated runs to choose from.
+    pub examples: Vec<ReflectiveExample>,
+    /// Knobs.
+    #[serde(default)]
+    pub options: ReflectionOptions,
+}
+
+/// One request to the reflector and its answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// The user message sent in this attempt: the full reflection prompt first, a follow-up after that.
+    pub prompt: String,
+    /// The model's reply text (empty when it wrote none).
+    pub reply: String,
+    /// Why the reply was not usable; `None` for the accepted reply.
+    pub error: Option<String>,
+    /// The rejection, as data.
+    pub rejection: Option<Rejection>,
+    /// Tokens this attempt used.
+    pub usage: Usage,
+    /// The reply stopped at the token limit.
+    pub truncated: bool,
+}
+
+/// The outcome of a reflection: a new description, or a recorded failure to get one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The tool the proposal is for.
+    pub tool: String,
+    /// The goal it was asked under.
+    pub goal: Goal,
+    /// The new description, `None` when no reply gave a usable one.
+    pub description: Option<String>,
+    /// The reflector's diagnosis (from the accepted reply, else the last reply that had one).
+    pub diagnosis: Option<String>,
+    /// Indices into the request's examples of the runs shown, in prompt order.
+    pub shown: Vec<usize>,
+    /// The system message of the conversation.
+    pub system: String,
+    /// Every attempt, in order.
+    pub attempts: Vec<Attempt>,
+    /// Tokens used over all attempts.
+    pub tokens: Usage,
+    /// [`TEMPLATE_VERSION`] at the time.
+    pub template_version: String,
+    /// The reflector's id ([`ChatModel::id`]).
+    pub model: String,
+}
+
+impl Proposal {
+    /// Whether a usable description came out.
+    pub fn succeeded(&self) -> bool {
+        self.description.is_some()
+    }
+
+    /// Prompt plus completion tokens, the unit of the optimizer's reflection budget.
+    pub fn total_tokens(&self) -> u64 {
+        self.tokens.prompt_tokens + self.tokens.completion_tokens
+    }
+}
+
+/// Why a reflection could not be carried out at all. A reply that does not parse is not an error: it is a
+/// [`Proposal`] without a description.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReflectionError {
+    /// The request is unusable.
+    #[error("reflection request: {field}: {message}")]
+    InvalidRequest {
+        /// The request field, e.g. `examples` or `options.max_attempts`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A template failed to compile or render (a bug in `templates/`).
+    #[error("template {name}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    Template {
+        /// The template file.
+        name: String,
+        /// The line, when known.
+        line: Option<usize>,
+        /// The template engine's message.
+        message: String,
+    },
+    /// The reflector model failed. `partial` holds the attempts made before the failure and their tokens,
+    /// so the driver can still record them.
+    #[error("reflector {model}, tool `{tool}`, attempt {attempt}: {source}")]
+    Model {
+        /// The reflector's id.
+        model: String,
+        /// The tool under study.
+        tool: String,
+        /// 1-based attempt number that failed.
+        attempt: usize,
+        /// The backend's error.
+        #[source]
+        source: LlmError,
+        /// Everything recorded up to the failure.
+        partial: Box<Proposal>,
+    },
+}
+
+impl ReflectionError {
+    pub(crate) fn template(name: &str, e: &minijinja::Error) -> Self {
+        ReflectionError::Template {
+            name: name.to_string(),
+            line: e.line(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl ReflectionRequest {
+    fn validate(&self) -> Result<(), ReflectionError> {
+        let bad = |field: &str, message: &str| ReflectionError::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        };
+        if self.tool.trim().is_empty() {
+            return Err(bad("tool", "is empty"));
+        }
+        if self.examples.is_empty() {
+            return Err(bad("examples", "is empty: reflection needs at least one evaluated run"));
+        }
+        if self.options.max_examples == 0 {
+            return Err(bad("options.max_examples", "is 0: no run could be shown"));
+        }
+        if self.options.max_attempts == 0 {
+            return Err(bad("options.max_attempts", "is 0: the reflector would never be asked"));
+        }
+        if self.options.max_description_chars == 0 {
+            return Err(bad("options.max_description_chars", "is 0: no description could be accepted"));
+        }
+        Ok(())
+    }
+
+    /// The runs that will be shown and what of them: useful to inspect a prompt without a model.
+    pub fn records(&self) -> Vec<RunRecord> {
+        dataset::select(&self.examples, &self.tool, self.goal, self.options.max_examples)
+            .into_iter()
+            .filter_map(|i| RunRecord::build(&self.examples, i, &self.tool, self.goal, &self.options.limits))
+            .collect()
+    }
+
+    /// Renders the prompt this request would send first.
+    pub fn render(&self) -> Result<prompt::RenderedPrompt, ReflectionError> {
+        self.validate()?;
+        let runs = self.records();
+        render_with(self, &runs)
+    }
+}
+
+fn render_with(req: &ReflectionRequest, runs: &[RunRecord]) -> Result<prompt::RenderedPrompt, ReflectionError> {
+    prompt::render(&prompt::PromptInput {
+        tool: &req.tool,
+        current_description: &req.current_description,
+        input_schema: &req.input_schema,
+        goal: req.goal,
+        runs,
+        max_chars: req.options.max_description_chars,
+        schema_chars: req.options.schema_chars,
+    })
+}
+
+fn add(total: &mut Usage, u: Usage) {
+    total.prompt_tokens += u.prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+}
+
+/// Asks `model` for a diagnosis and a new description of `req.tool`.
+///
+/// Returns a [`Proposal`] whether or not a usable description came out; `Err` only for an unusable request,
+/// a template bug, or a backend failure (which carries the attempts made so far).
+pub async fn reflect(model: &dyn ChatModel, req: &ReflectionRequest) -> Result<Proposal, ReflectionError> {
+    req.validate()?;
+    let opts = &req.options;
+    let runs = req.records();
+    let rendered = render_with(req, &runs)?;
+    let mut proposal = Proposal {
+        tool: req.tool.clone(),
+        goal: req.goal,
+        description: None,
+        diagnosis: None,
+        shown: runs.iter().map(|r| r.index).collect(),
+        system: rendered.system.clone(),
+        attempts: Vec::new(),
+        tokens: Usage::default(),
+        template_version: TEMPLATE_VERSION.to_string(),
+        model: model.id(),
+    };
+    let ctx = ParseContext {
+        tool: &req.tool,
+        current_description: &req.current_description,
+        echo_markers: &rendered.echo_markers,
+        max_chars: opts.max_description_chars,
+    };
+    let mut messages = vec![Message::system(rendered.system.clone())];
+    let mut next_prompt = rendered.user.clone();
+    for attempt in 1..=opts.max_attempts {
+        messages.push(Message::user(next_prompt.clone()));
+        let mut chat = ChatRequest::text(messages.clone());
+        chat.max_tokens = opts.max_tokens;
+        chat.temperature = opts.temperature;
+        chat.seed = opts.seed;
+        let resp = match model.chat(&chat).await {
+            Ok(r) => r,
+            Err(source) => {
+                return Err(ReflectionError::Model {
+                    model: proposal.model.clone(),
+                    tool: req.tool.clone(),
+                    attempt,
+                    source,
+                    partial: Box::new(proposal),
+                });
+            }
+        };
+        add(&mut proposal.tokens, resp.usage);
+        let reply = resp.content.unwrap_or_default();
+        let truncated = resp.finish_reason == FinishReason::Length;
+        let parsed = parse_reply(&reply, &ctx);
+        if parsed.diagnosis.is_some() {
+            proposal.diagnosis = parsed.diagnosis.clone();
+        }
+        let (error, rejection) = match &parsed.description {
+            Ok(d) => {
+                proposal.description = Some(d.clone());
+                (None, None)
+            }
+            Err(r) => {
+                let mut e = r.to_string();
+                if truncated {
+                    e.push_str(" (the reply stopped at the token limit)");
+                }
+                (Some(e), Some(r.clone()))
+            }
+        };
+        proposal.attempts.push(Attempt {
+            prompt: next_prompt.clone(),
+            reply: reply.clone(),
+            error: error.clone(),
+            rejection,
+            usage: resp.usage,
+            truncated,
+        });
+        match error {
+            None => return Ok(proposal),
+            Some(e) => {
+                messages.push(Message::Assistant {
+                    content: Some(reply),
+                    tool_calls: Vec::new(),
+                });
+                next_prompt = prompt::render_retry(&req.tool, &e, opts.max_description_chars)?;
+            }
+        }
+    }
+    Ok(proposal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::tests::run;
+    use async_trait::async_trait;
+    use sha2::{Digest, Sha256};
+    use std::sync::Mutex;
+    use tooltune_llm::ChatResponse;
+
+    /// A scripted fake reflector for the retry logic: returns the given replies in order and records the
+    /// conversations it was sent. Not a model; used only in these unit tests.
+    struct ScriptedFakeReflector {
+        replies: Mutex<Vec<Result<String, String>>>,
+        seen: Mutex<Vec<Vec<Message>>>,
+    }
+
+    impl ScriptedFakeReflector {
+        fn new(replies: &[Result<&str, &str>]) -> Self {
+            ScriptedFakeReflector {
+                replies: Mutex::new(
+                    replies
+                        .iter()
+                        .rev()
+                        .map(|r| r.map(str::to_string).map_err(str::to_string))
+                        .collect(),
+                ),
+                seen: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl ChatModel for ScriptedFakeReflector {
+        fn id(&self) -> String {
+            "fake:scripted".into()
+        }
+        async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+            self.seen.lock().expect("lock").push(req.messages.clone());
+            let next = self.replies.lock().expect("lock").pop().expect("script has a reply left");
+            match next {
+                Ok(text) => Ok(ChatResponse {
+                    content: Some(text),
+                    tool_calls: vec![],
+                    usage: Usage {
+                        prompt_tokens: 100,
+                        completion_tokens: 10,
+                    },
+                    finish_reason: FinishReason::Stop,
+                }),
+                Err(e) => Err(LlmError::InvalidRequest(e)),
+            }
+        }
+        async fn score_tool_choice(
+            &self,
+            _req: &ChatRequest,
+            _candidates: &[String],
+        ) -> Result<Option<Vec<f64>>, LlmError> {
+            Ok(None)
+        }
+        fn usage_total(&self) -> Usage {
+            Usage::default()
+        }
+    }
+
+    fn request(goal: Goal) -> ReflectionRequest {
+        ReflectionRequest {
+            tool: "search_docs".into(),
+            current_description: "Search the company's internal documentation.".into(),
+            input_schema: Value::Null,
+            goal,
+            examples: vec![
+                run("billing SDK retries", "search_docs", Some("web_search"), false),
+                run("World Cup winner", "web_search", Some("search_docs"), false),
+            ],
+            options: ReflectionOptions::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_good_first_reply_is_accepted() {
+        let m = ScriptedFakeReflector::new(&[Ok("DIAGNOSIS: vague.\nDESCRIPTION: Search the billing SDK reference.")]);
+        let p = reflect(&m, &request(Goal::TaskSuccess)).await.expect("reflects");
+        assert_eq!(p.description.as_deref(), Some("Search the billing SDK reference."));
+        assert_eq!(p.diagnosis.as_deref(), Some("vague."));
+        assert_eq!(p.attempts.len(), 1);
+        assert_eq!(p.attempts[0].error, None);
+        assert_eq!(p.shown, vec![0, 1]);
+        assert_eq!(p.total_tokens(), 110);
+        assert_eq!(p.template_version, TEMPLATE_VERSION);
+        assert_eq!(p.model, "fake:scripted");
+        let seen = m.seen.lock().expect("lock");
+        assert_eq!(seen[0].len(), 2, "system and user");
+    }
+
+    #[tokio::test]
+    async fn bad_replies_are_retried_with_the_fault_named_then_recorded_as_a_failure() {
+        let m = ScriptedFakeReflector::new(&[
+            Ok("Certainly, I'd be happy to help!"),
+            Ok("DIAGNOSIS: it lost.\nDESCRIPTION: Search the company's internal documentation."),
+            Ok("DESCRIPTION: Certainly! Here it is."),
+        ]);
+        let p = reflect(&m, &request(Goal::Selection)).await.expect("reflects");
+        assert!(!p.succeeded());
+        assert_eq!(p.description, None);
+        assert_eq!(p.diagnosis.as_deref(), Some("it lost."));
+        assert_eq!(p.attempts.len(), 3);
+        assert_eq!(p.attempts[0].rejection, Some(Rejection::NoDescription));
+        assert_eq!(p.attempts[1].rejection, Some(Rejection::Unchanged));
+        assert!(matches!(p.attempts[2].rejection, Some(Rejection::ChatReply { .. })));
+        assert!(p.attempts[0].prompt.contains("Goal: the agent should choose `search_docs` as often as possible."));
+        assert!(p.attempts[1].prompt.starts_with("Your reply could not be used: it has no line starting with DESCRIPTION:."));
+        assert_eq!(p.tokens.prompt_tokens, 300);
+        // The conversation grows: each retry carries the earlier reply and the follow-up.
+        let seen = m.seen.lock().expect("lock");
+        assert_eq!(seen.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 4, 6]);
+        assert!(matches!(&seen[2][4], Message::Assistant { content: Some(c), .. } if c.contains("internal documentation")));
+        // Everything round-trips through JSON for the store.
+        let back: Proposal = serde_json::from_str(&serde_json::to_string(&p).expect("serialises")).expect("parses");
+        assert_eq!(back, p);
+    }
+
+    #[tokio::test]
+    async fn a_backend_failure_keeps_the_attempts_made_so_far() {
+        let m = ScriptedFakeReflector::new(&[Ok("no labels here"), Err("connection reset")]);
+        let e = reflect(&m, &request(Goal::TaskSuccess)).await.expect_err("backend fails");
+        match e {
+            ReflectionError::Model { attempt, partial, .. } => {
+                assert_eq!(attempt, 2);
+                assert_eq!(partial.attempts.len(), 1);
+                assert_eq!(partial.attempts[0].reply, "no labels here");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unusable_requests_are_refused_before_any_model_call() {
+        let m = ScriptedFakeReflector::new(&[]);
+        let mut r = request(Goal::TaskSuccess);
+        r.examples.clear();
+        let e = reflect(&m, &r).await.expect_err("no examples");
+        assert!(e.to_string().contains("examples"), "{e}");
+        let mut r = request(Goal::TaskSuccess);
+        r.options.max_attempts = 0;
+        assert!(reflect(&m, &r).await.expect_err("no attempts").to_string().contains("options.max_attempts"));
+        assert!(m.seen.lock().expect("lock").is_empty());
+    }
+
+    /// Changing a template changes what every stored proposal was produced by: the version must move too.
+    #[test]
+    fn templates_match_their_version() {
+        let mut h = Sha256::new();
+        for t in [
+            include_str!("../templates/system.jinja"),
+            include_str!("../templates/reflect.jinja"),
+            include_str!("../templates/retry.jinja"),
+        ] {
+            h.update(t.as_bytes());
+            h.update(b"\0");
+        }
+        let got = hex::encode(h.finalize());
+        assert_eq!(
+            (TEMPLATE_VERSION, got.as_str()),
+            ("reflect-v1", "0000"),
+            "a template changed: bump TEMPLATE_VERSION and record the new hash here"
+        );
+    }
+}

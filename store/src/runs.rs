@@ -1,0 +1,286 @@
+//! Runs of the optimizer: their configuration, checkpointed search state, per-task rollout results, reflections
+//! and progress events. Bodies are JSON text: the store keeps them and finds them by key, without knowing their
+//! shape, so that it stays independent of the optimizer's types.
+
+use crate::{Store, StoreError, q};
+use serde::Serialize;
+use sqlx::Row;
+
+/// A stored run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    /// The run id.
+    pub id: String,
+    /// `optimize` or `from-traces`.
+    pub kind: String,
+    /// The suite file, when there is one.
+    pub suite: Option<String>,
+    /// The objective name.
+    pub objective: String,
+    /// JSON configuration.
+    pub config: String,
+    /// running | finished | failed | stopped.
+    pub status: String,
+    /// JSON checkpoint of the search.
+    pub state: Option<String>,
+    /// Wall time spent so far, over all sessions of the run.
+    pub elapsed_ms: i64,
+    /// JSON summary once finished.
+    pub result: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// Last update (RFC 3339).
+    pub updated_at: String,
+}
+
+/// One stored rollout result.
+#[derive(Debug, Clone)]
+pub struct RolloutRow {
+    /// Task id.
+    pub task_id: String,
+    /// Rollout index.
+    pub rollout: i64,
+    /// JSON per-task result.
+    pub result: String,
+    /// Linked trajectory.
+    pub trajectory_id: Option<String>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+const RUN_COLS: &str = "id, kind, suite, objective, config, status, state, elapsed_ms, result, error, created_at, updated_at";
+
+fn run_row(r: &sqlx::any::AnyRow) -> RunRow {
+    RunRow {
+        id: r.get(0),
+        kind: r.get(1),
+        suite: r.get(2),
+        objective: r.get(3),
+        config: r.get(4),
+        status: r.get(5),
+        state: r.get(6),
+        elapsed_ms: r.get(7),
+        result: r.get(8),
+        error: r.get(9),
+        created_at: r.get(10),
+        updated_at: r.get(11),
+    }
+}
+
+impl Store {
+    /// Records a new run.
+    pub async fn create_run(
+        &self,
+        id: &str,
+        kind: &str,
+        suite: Option<&str>,
+        objective: &str,
+        config: &str,
+    ) -> Result<(), StoreError> {
+        let t = now();
+        sqlx::query(
+            "INSERT INTO runs (id, kind, suite, objective, config, status, state, elapsed_ms, result, error, \
+             created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'running', NULL, 0, NULL, NULL, $6, $6)",
+        )
+        .bind(id)
+        .bind(kind)
+        .bind(suite)
+        .bind(objective)
+        .bind(config)
+        .bind(t.as_str())
+        .execute(self.pool())
+        .await
+        .map_err(q("creating a run"))?;
+        Ok(())
+    }
+
+    /// Checkpoints a run's search state.
+    pub async fn save_run_state(
+        &self,
+        id: &str,
+        state: &str,
+        elapsed_ms: i64,
+        status: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE runs SET state = $1, elapsed_ms = $2, status = $3, updated_at = $4 WHERE id = $5",
+        )
+        .bind(state)
+        .bind(elapsed_ms)
+        .bind(status)
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(q("checkpointing a run"))?;
+        Ok(())
+    }
+
+    /// Records how a run ended.
+    pub async fn finish_run(
+        &self,
+        id: &str,
+        status: &str,
+        result: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE runs SET status = $1, result = $2, error = $3, updated_at = $4 WHERE id = $5")
+            .bind(status)
+            .bind(result)
+            .bind(error)
+            .bind(now())
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(q("finishing a run"))?;
+        Ok(())
+    }
+
+    /// One run.
+    pub async fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(q("loading a run"))?;
+        Ok(row.as_ref().map(run_row))
+    }
+
+    /// Runs, newest first.
+    pub async fn runs(&self, limit: i64) -> Result<Vec<RunRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLS} FROM runs ORDER BY created_at DESC, id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(q("listing runs"))?;
+        Ok(rows.iter().map(run_row).collect())
+    }
+
+    /// Stores one rollout's result; a result already stored under the same key is kept (the first one wins, so
+    /// a resumed run never overwrites what it already had).
+    pub async fn save_rollout(
+        &self,
+        run_id: &str,
+        candidate_key: &str,
+        task_id: &str,
+        rollout: i64,
+        result: &str,
+        trajectory_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO run_rollouts (run_id, candidate_key, task_id, rollout, result, trajectory_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(run_id)
+        .bind(candidate_key)
+        .bind(task_id)
+        .bind(rollout)
+        .bind(result)
+        .bind(trajectory_id)
+        .bind(now())
+        .execute(self.pool())
+        .await
+        .map_err(q("storing a rollout result"))?;
+        Ok(())
+    }
+
+    /// Every stored rollout of a candidate in a run.
+    pub async fn rollouts(
+        &self,
+        run_id: &str,
+        candidate_key: &str,
+    ) -> Result<Vec<RolloutRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT task_id, rollout, result, trajectory_id FROM run_rollouts \
+             WHERE run_id = $1 AND candidate_key = $2 ORDER BY task_id, rollout",
+        )
+        .bind(run_id)
+        .bind(candidate_key)
+        .fetch_all(self.pool())
+        .await
+        .map_err(q("loading rollout results"))?;
+        Ok(rows
+            .iter()
+            .map(|r| RolloutRow {
+                task_id: r.get(0),
+                rollout: r.get(1),
+                result: r.get(2),
+                trajectory_id: r.get(3),
+            })
+            .collect())
+    }
+
+    /// How many rollouts a run has stored.
+    pub async fn count_rollouts(&self, run_id: &str) -> Result<i64, StoreError> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM run_rollouts WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(self.pool())
+            .await
+            .map_err(q("counting rollouts"))
+    }
+
+    /// Stores a reflection's outcome under its key (first one wins).
+    pub async fn save_proposal(&self, run_id: &str, key: &str, proposal: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO run_proposals (run_id, proposal_key, proposal, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(run_id)
+        .bind(key)
+        .bind(proposal)
+        .bind(now())
+        .execute(self.pool())
+        .await
+        .map_err(q("storing a proposal"))?;
+        Ok(())
+    }
+
+    /// A stored reflection, if this request was answered before.
+    pub async fn proposal(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar("SELECT proposal FROM run_proposals WHERE run_id = $1 AND proposal_key = $2")
+            .bind(run_id)
+            .bind(key)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(q("loading a proposal"))
+    }
+
+    /// Appends a progress event; returns its sequence number.
+    pub async fn push_event(&self, run_id: &str, event: &str) -> Result<i64, StoreError> {
+        let seq: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(MAX(seq), -1) + 1 AS BIGINT) FROM run_events WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_one(self.pool())
+        .await
+        .map_err(q("numbering an event"))?;
+        sqlx::query("INSERT INTO run_events (run_id, seq, event, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(run_id)
+            .bind(seq)
+            .bind(event)
+            .bind(now())
+            .execute(self.pool())
+            .await
+            .map_err(q("storing an event"))?;
+        Ok(seq)
+    }
+
+    /// Events of a run from `after` (exclusive), in order.
+    pub async fn events(&self, run_id: &str, after: i64) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, event FROM run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(run_id)
+        .bind(after)
+        .fetch_all(self.pool())
+        .await
+        .map_err(q("loading events"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
