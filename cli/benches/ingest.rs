@@ -3,9 +3,10 @@
 //! trajectories per second and the child's peak RSS.
 //!
 //! Run: `cargo bench -p tooltune --bench ingest -- [--n 200000] [--formats tooltune,openai,langfuse,otel]
-//! [--backends sqlite,postgres] [--phases] [--dir DIR]`. PostgreSQL comes from `TOOLTUNE_TEST_POSTGRES_URL`
+//! [--backends sqlite,postgres|none] [--phases] [--dir DIR]`. PostgreSQL comes from `TOOLTUNE_TEST_POSTGRES_URL`
 //! (a server URL whose user may create databases); each run gets a fresh database that is dropped afterwards.
-//! `--phases` also times the parse alone (in this process, `ChunkReader` only, no store) to split parse from insert.
+//! `--phases` also times, in this process and without any database, the parse alone (`ChunkReader`) and the parse
+//! plus what the store computes before SQL (ids, JSON body), to tell the CPU side of an ingest from the inserts.
 //!
 //! Every record is one trajectory of the same shape in all four formats: a task, 5 tools shown (each with a
 //! description of a few hundred bytes and a 3-property schema), and 6 steps: model turn calling one tool, its
@@ -13,6 +14,7 @@
 //! How each format spells a "step" is said at its writer below.
 
 use anyhow::{Context, Result, bail, ensure};
+use rayon::prelude::*;
 use serde_json::{Value, json};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -20,6 +22,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
+use tooltune_core::canonical_json;
 use tooltune_ingest::{ChunkReader, Format, FormatChoice, ReadOptions};
 
 const POSTGRES_ENV: &str = "TOOLTUNE_TEST_POSTGRES_URL";
@@ -78,12 +81,17 @@ fn parse_args() -> Result<Args> {
             }
             "--backends" => {
                 backends_given = true;
-                args.backends = value("--backends")?
+                let v = value("--backends")?;
+                // `none` runs only the generator and, with `--phases`, the in-process phase timings.
+                args.backends = v
                     .split(',')
+                    .filter(|b| b.trim() != "none")
                     .map(|b| match b.trim() {
                         "sqlite" => Ok(Backend::Sqlite),
                         "postgres" => Ok(Backend::Postgres),
-                        other => bail!("--backends: unknown backend `{other}` (sqlite, postgres)"),
+                        other => {
+                            bail!("--backends: unknown backend `{other}` (sqlite, postgres, none)")
+                        }
                     })
                     .collect::<Result<_>>()?;
             }
@@ -91,7 +99,7 @@ fn parse_args() -> Result<Args> {
             "--dir" => args.dir = Some(PathBuf::from(value("--dir")?)),
             other => bail!(
                 "unknown argument `{other}`; usage: [--n N] [--formats tooltune,openai,langfuse,otel] \
-                 [--backends sqlite,postgres] [--phases] [--dir DIR]"
+                 [--backends sqlite,postgres|none] [--phases] [--dir DIR]"
             ),
         }
     }
@@ -118,8 +126,12 @@ struct Row {
 fn main() -> Result<()> {
     let args = parse_args()?;
     let tmp = match &args.dir {
-        Some(d) => tempfile::Builder::new().prefix("tooltune-bench-").tempdir_in(d)?,
-        None => tempfile::Builder::new().prefix("tooltune-bench-").tempdir()?,
+        Some(d) => tempfile::Builder::new()
+            .prefix("tooltune-bench-")
+            .tempdir_in(d)?,
+        None => tempfile::Builder::new()
+            .prefix("tooltune-bench-")
+            .tempdir()?,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -150,17 +162,26 @@ fn main() -> Result<()> {
             started.elapsed().as_secs_f64()
         );
         if args.phases {
-            let (seconds, valid) = parse_only(&file, format)?;
-            ensure!(
-                valid == args.n,
-                "{format}: the parser accepted {valid} of {} records",
-                args.n
-            );
-            println!(
-                "  parse only ({format}, in process): {seconds:.2} s, {:.0} trajectories/s",
-                args.n as f64 / seconds
-            );
-            phases.push((format, seconds));
+            let mut timings = [0.0; 2];
+            for (k, prepare) in [false, true].into_iter().enumerate() {
+                let (seconds, valid) = parse_only(&file, format, prepare)?;
+                ensure!(
+                    valid == args.n,
+                    "{format}: the parser accepted {valid} of {} records",
+                    args.n
+                );
+                println!(
+                    "  {} ({format}, in process): {seconds:.2} s, {:.0} trajectories/s",
+                    if prepare {
+                        "parse + ids + body"
+                    } else {
+                        "parse only"
+                    },
+                    args.n as f64 / seconds
+                );
+                timings[k] = seconds;
+            }
+            phases.push((format, timings));
         }
         for &backend in &args.backends {
             let row = match backend {
@@ -194,7 +215,7 @@ fn main() -> Result<()> {
             };
             let row = Row { file_mb, ..row };
             println!(
-                "  {:<9} {:<9} {:>8} {:>8.2} s {:>9.0} trajectories/s {:>7.1} MB peak RSS",
+                "  {:<9} {:<9} {:>8} {:>8.2} s {:>9.0} trajectories/s {:>7.1} MiB peak RSS",
                 format.name(),
                 row.backend,
                 row.n,
@@ -210,10 +231,16 @@ fn main() -> Result<()> {
     print_table(&rows);
     if !phases.is_empty() {
         println!();
-        println!("| format | parse only s | parse only trajectories/s |");
-        println!("|---|---:|---:|");
-        for (format, s) in phases {
-            println!("| {format} | {s:.2} | {:.0} |", args.n as f64 / s);
+        println!(
+            "| format | parse only s | parse only trajectories/s | parse + ids + body s | parse + ids + body trajectories/s |"
+        );
+        println!("|---|---:|---:|---:|---:|");
+        for (format, [parse, prepare]) in phases {
+            println!(
+                "| {format} | {parse:.2} | {:.0} | {prepare:.2} | {:.0} |",
+                args.n as f64 / parse,
+                args.n as f64 / prepare
+            );
         }
     }
     Ok(())
@@ -221,7 +248,7 @@ fn main() -> Result<()> {
 
 fn print_table(rows: &[Row]) {
     println!();
-    println!("| format | backend | N | seconds | trajectories/s | peak RSS MB | file MB |");
+    println!("| format | backend | N | seconds | trajectories/s | peak RSS MiB | file MB |");
     println!("|---|---|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
@@ -239,7 +266,14 @@ fn print_table(rows: &[Row]) {
 
 /// Runs `tooltune ingest` on one file and store, measuring wall time and the child's peak RSS, and checks that
 /// its report says every record was added.
-fn ingest(file: &Path, format: Format, url: &str, n: u64, tmp: &Path, backend: Backend) -> Result<Row> {
+fn ingest(
+    file: &Path,
+    format: Format,
+    url: &str,
+    n: u64,
+    tmp: &Path,
+    backend: Backend,
+) -> Result<Row> {
     let log = tmp.join(format!("{}-{}.stderr", format.name(), backend.name()));
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tooltune"))
@@ -311,17 +345,40 @@ fn wait_with_peak_rss(pid: u32) -> Result<(ExitStatus, i64)> {
     Ok((ExitStatus::from_raw(status), usage.ru_maxrss))
 }
 
-/// Times `ChunkReader` alone over a file: the parse phase of an ingest without any database work.
-fn parse_only(file: &Path, format: Format) -> Result<(f64, u64)> {
+/// Times `ChunkReader` over a file: the parse phase of an ingest without any database work; with `prepare`, also
+/// what the store computes per trajectory before any SQL (trajectory id, description ids with canonical schemas,
+/// the JSON body), in parallel as the store does, to show the ceiling the CPU side sets.
+fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> {
     let started = Instant::now();
     let mut reader = ChunkReader::open(file, FormatChoice::Fixed(format), ReadOptions::default())?;
     let mut valid = 0;
     while let Some(chunk) = reader.next_chunk()? {
-        for p in &chunk {
-            match &p.result {
-                Ok(_) => valid += 1,
+        let mut good = Vec::with_capacity(chunk.len());
+        for p in chunk {
+            match p.result {
+                Ok(t) => good.push(t),
                 Err(e) => bail!("{}: {e}", file.display()),
             }
+        }
+        valid += good.len() as u64;
+        if prepare {
+            let bytes: usize = good
+                .par_iter()
+                .map(|t| {
+                    let ids: usize = t
+                        .tools
+                        .iter()
+                        .map(|tool| {
+                            tool.description_id().as_str().len()
+                                + canonical_json(&tool.input_schema).len()
+                        })
+                        .sum();
+                    t.id().as_str().len()
+                        + ids
+                        + serde_json::to_string(&t.steps).map_or(0, |b| b.len())
+                })
+                .sum();
+            std::hint::black_box(bytes);
         }
     }
     Ok((started.elapsed().as_secs_f64(), valid))
@@ -414,13 +471,76 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "invoice", "customer", "shipment", "pending", "region", "quarter", "total", "refund", "status", "warehouse",
-    "ticket", "priority", "account", "balance", "order", "delivery", "report", "summary", "error", "timeout",
-    "record", "updated", "created", "owner", "project", "budget", "estimate", "approved", "rejected", "review",
-    "latency", "cluster", "node", "service", "version", "release", "branch", "commit", "file", "line", "query",
-    "index", "table", "row", "value", "amount", "currency", "date", "week", "month", "team", "member", "schedule",
-    "meeting", "room", "capacity", "forecast", "city", "route", "distance", "the", "of", "and", "for", "with",
-    "was", "is", "in", "on", "by",
+    "invoice",
+    "customer",
+    "shipment",
+    "pending",
+    "region",
+    "quarter",
+    "total",
+    "refund",
+    "status",
+    "warehouse",
+    "ticket",
+    "priority",
+    "account",
+    "balance",
+    "order",
+    "delivery",
+    "report",
+    "summary",
+    "error",
+    "timeout",
+    "record",
+    "updated",
+    "created",
+    "owner",
+    "project",
+    "budget",
+    "estimate",
+    "approved",
+    "rejected",
+    "review",
+    "latency",
+    "cluster",
+    "node",
+    "service",
+    "version",
+    "release",
+    "branch",
+    "commit",
+    "file",
+    "line",
+    "query",
+    "index",
+    "table",
+    "row",
+    "value",
+    "amount",
+    "currency",
+    "date",
+    "week",
+    "month",
+    "team",
+    "member",
+    "schedule",
+    "meeting",
+    "room",
+    "capacity",
+    "forecast",
+    "city",
+    "route",
+    "distance",
+    "the",
+    "of",
+    "and",
+    "for",
+    "with",
+    "was",
+    "is",
+    "in",
+    "on",
+    "by",
 ];
 
 struct ToolDef {
@@ -438,9 +558,21 @@ const CATALOGUE: [ToolDef; 10] = [
             with their id, customer, status, total and last update. Results are sorted by last update, newest \
             first. Use this before any tool that needs an order id; it never changes data.",
         params: [
-            ("query", "string", "Free text matched against customer name, email and order notes."),
-            ("status", "string", "One of pending, shipped, delivered, cancelled; omit for any status."),
-            ("limit", "integer", "Maximum number of orders to return, 1 to 100; defaults to 20."),
+            (
+                "query",
+                "string",
+                "Free text matched against customer name, email and order notes.",
+            ),
+            (
+                "status",
+                "string",
+                "One of pending, shipped, delivered, cancelled; omit for any status.",
+            ),
+            (
+                "limit",
+                "integer",
+                "Maximum number of orders to return, 1 to 100; defaults to 20.",
+            ),
         ],
     },
     ToolDef {
@@ -449,9 +581,21 @@ const CATALOGUE: [ToolDef; 10] = [
             status history. Returns an error when the id does not exist. Cheaper than search_orders when the \
             id is already known; read-only.",
         params: [
-            ("order_id", "string", "The order id, as returned by search_orders (for example ord_83920)."),
-            ("include_items", "string", "Whether to include line items: yes or no; defaults to yes."),
-            ("currency", "integer", "ISO 4217 numeric code to convert totals into; omit for the order currency."),
+            (
+                "order_id",
+                "string",
+                "The order id, as returned by search_orders (for example ord_83920).",
+            ),
+            (
+                "include_items",
+                "string",
+                "Whether to include line items: yes or no; defaults to yes.",
+            ),
+            (
+                "currency",
+                "integer",
+                "ISO 4217 numeric code to convert totals into; omit for the order currency.",
+            ),
         ],
     },
     ToolDef {
@@ -461,8 +605,16 @@ const CATALOGUE: [ToolDef; 10] = [
             the result contains the refund id and its state. This changes data: confirm the amount first.",
         params: [
             ("order_id", "string", "The order to refund."),
-            ("amount_cents", "integer", "Amount to refund in the order currency's minor unit."),
-            ("reason", "string", "Short reason shown to the customer on the refund notice."),
+            (
+                "amount_cents",
+                "integer",
+                "Amount to refund in the order currency's minor unit.",
+            ),
+            (
+                "reason",
+                "string",
+                "Short reason shown to the customer on the refund notice.",
+            ),
         ],
     },
     ToolDef {
@@ -472,8 +624,16 @@ const CATALOGUE: [ToolDef; 10] = [
             it returns an error naming the state.",
         params: [
             ("order_id", "string", "The shipped order."),
-            ("carrier", "string", "Carrier code to disambiguate split shipments; omit to use the first."),
-            ("events", "integer", "How many most recent scan events to include; defaults to 10."),
+            (
+                "carrier",
+                "string",
+                "Carrier code to disambiguate split shipments; omit to use the first.",
+            ),
+            (
+                "events",
+                "integer",
+                "How many most recent scan events to include; defaults to 10.",
+            ),
         ],
     },
     ToolDef {
@@ -494,8 +654,16 @@ const CATALOGUE: [ToolDef; 10] = [
             return an error. Use list_files first when the exact name is unknown.",
         params: [
             ("path", "string", "Path relative to the workspace root."),
-            ("offset", "integer", "Byte offset to start reading from; defaults to 0."),
-            ("encoding", "string", "Text encoding; only utf-8 is supported."),
+            (
+                "offset",
+                "integer",
+                "Byte offset to start reading from; defaults to 0.",
+            ),
+            (
+                "encoding",
+                "string",
+                "Text encoding; only utf-8 is supported.",
+            ),
         ],
     },
     ToolDef {
@@ -504,9 +672,21 @@ const CATALOGUE: [ToolDef; 10] = [
             times, optionally filtered by a glob pattern. Does not recurse unless asked. Hidden files are \
             included. Read-only and fast; prefer it to guessing file names.",
         params: [
-            ("dir", "string", "Directory relative to the workspace root; empty for the root."),
-            ("pattern", "string", "Glob such as *.csv; omit for every entry."),
-            ("depth", "integer", "How many levels to descend, 1 to 5; defaults to 1."),
+            (
+                "dir",
+                "string",
+                "Directory relative to the workspace root; empty for the root.",
+            ),
+            (
+                "pattern",
+                "string",
+                "Glob such as *.csv; omit for every entry.",
+            ),
+            (
+                "depth",
+                "integer",
+                "How many levels to descend, 1 to 5; defaults to 1.",
+            ),
         ],
     },
     ToolDef {
@@ -515,9 +695,21 @@ const CATALOGUE: [ToolDef; 10] = [
             decimals. Returns the value as a decimal string. Use it for any sum or product over more than two \
             numbers instead of doing arithmetic in your head; it has no side effects.",
         params: [
-            ("expression", "string", "For example (48000 + 9500) * 1.2 - 12000."),
-            ("precision", "integer", "Decimal places in the result; defaults to 2."),
-            ("rounding", "string", "half_up or half_even; defaults to half_even."),
+            (
+                "expression",
+                "string",
+                "For example (48000 + 9500) * 1.2 - 12000.",
+            ),
+            (
+                "precision",
+                "integer",
+                "Decimal places in the result; defaults to 2.",
+            ),
+            (
+                "rounding",
+                "string",
+                "half_up or half_even; defaults to half_even.",
+            ),
         ],
     },
     ToolDef {
@@ -528,7 +720,11 @@ const CATALOGUE: [ToolDef; 10] = [
         params: [
             ("title", "string", "One-line summary of the problem."),
             ("priority", "integer", "1 (urgent) to 4 (low)."),
-            ("details", "string", "What happened, what was tried, and the order ids involved."),
+            (
+                "details",
+                "string",
+                "What happened, what was tried, and the order ids involved.",
+            ),
         ],
     },
     ToolDef {
@@ -537,8 +733,16 @@ const CATALOGUE: [ToolDef; 10] = [
             72 hours, from the national weather service. Useful for delivery planning. City names are matched \
             loosely; the result names the city that was actually used.",
         params: [
-            ("city", "string", "City name, optionally with country (Lyon, FR)."),
-            ("hours", "integer", "How many hours ahead, 1 to 72; defaults to 24."),
+            (
+                "city",
+                "string",
+                "City name, optionally with country (Lyon, FR).",
+            ),
+            (
+                "hours",
+                "integer",
+                "How many hours ahead, 1 to 72; defaults to 24.",
+            ),
             ("units", "string", "metric or imperial; defaults to metric."),
         ],
     },
@@ -612,7 +816,11 @@ impl Scenario {
             })
             .collect();
         // Three of the five shown tools are called, in a varying order.
-        let order = [(i % 5) as usize, ((i + 1) % 5) as usize, ((i + 3) % 5) as usize];
+        let order = [
+            (i % 5) as usize,
+            ((i + 1) % 5) as usize,
+            ((i + 3) % 5) as usize,
+        ];
         let calls = order.map(|t| {
             let def = CATALOGUE
                 .iter()
@@ -732,8 +940,7 @@ fn generate(path: &Path, format: Format, n: u64) -> Result<()> {
 /// model (the answer).
 fn tooltune_record(s: &Scenario) -> Value {
     let mut steps = Vec::new();
-    for turn in 0..3 {
-        let (at, dur) = MODEL_TIMES[turn];
+    for (turn, &(at, dur)) in MODEL_TIMES.iter().enumerate() {
         let calls = s.turn_calls(turn);
         let mut step = json!({
             "type": "model",
@@ -867,8 +1074,7 @@ fn langfuse_record(s: &Scenario) -> Value {
     root["input"] = json!(s.task);
     root["output"] = json!(s.final_answer);
     let mut obs = vec![root];
-    for turn in 0..3 {
-        let (at, dur) = MODEL_TIMES[turn];
+    for (turn, &(at, dur)) in MODEL_TIMES.iter().enumerate() {
         let calls = s.turn_calls(turn);
         let mut g = observation("GENERATION", "OpenAI-generation", at, dur, rng.hex(16));
         g["completionStartTime"] = json!(s.rfc3339(at + 200));
@@ -912,7 +1118,12 @@ fn langfuse_record(s: &Scenario) -> Value {
     if let Some(f) = &s.feedback {
         correctness["comment"] = json!(f);
     }
-    let mut success = score("task_success", "API", "BOOLEAN", json!(i32::from(s.success())));
+    let mut success = score(
+        "task_success",
+        "API",
+        "BOOLEAN",
+        json!(i32::from(s.success())),
+    );
     success["stringValue"] = json!(if s.success() { "True" } else { "False" });
     json!({
         "id": s.trace_id, "timestamp": s.rfc3339(0), "name": "shop-agent",
@@ -940,12 +1151,16 @@ fn otel_messages(s: &Scenario, turn: usize) -> Vec<Value> {
     let mut m = vec![json!({"role": "user", "parts": [{"type": "text", "content": s.task}]})];
     for t in 0..turn {
         let calls = s.turn_calls(t);
-        m.push(json!({"role": "assistant", "parts": calls.iter().map(|c| json!({
+        m.push(
+            json!({"role": "assistant", "parts": calls.iter().map(|c| json!({
             "type": "tool_call", "id": c.id, "name": s.tool_name(c), "arguments": c.args,
-        })).collect::<Vec<_>>()}));
+        })).collect::<Vec<_>>()}),
+        );
         for c in calls {
-            m.push(json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": c.id,
-                                                     "response": c.result}]}));
+            m.push(
+                json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": c.id,
+                                                     "response": c.result}]}),
+            );
         }
     }
     m
@@ -961,13 +1176,21 @@ fn otel_record(s: &Scenario) -> Value {
     let definitions = serde_json::to_string(
         &s.tools
             .iter()
-            .map(|t| json!({"type": "function", "name": t.name, "description": t.description,
-                             "parameters": t.schema}))
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                             "parameters": t.schema})
+            })
             .collect::<Vec<_>>(),
     )
     .unwrap_or_default();
     let instructions = json!([{"type": "text", "content": SYSTEM}]).to_string();
-    let span = |name: String, kind: u8, at: u64, dur: u64, id: String, parent: &str, attrs: Vec<Value>| {
+    let span = |name: String,
+                kind: u8,
+                at: u64,
+                dur: u64,
+                id: String,
+                parent: &str,
+                attrs: Vec<Value>| {
         json!({
             "traceId": s.trace_id, "spanId": id, "parentSpanId": parent, "flags": 257, "name": name,
             "kind": kind, "startTimeUnixNano": s.nanos(at), "endTimeUnixNano": s.nanos(at + dur),
@@ -976,11 +1199,13 @@ fn otel_record(s: &Scenario) -> Value {
     };
     let mut chats = Vec::new();
     let mut tools = Vec::new();
-    for turn in 0..3 {
-        let (at, dur) = MODEL_TIMES[turn];
+    for (turn, &(at, dur)) in MODEL_TIMES.iter().enumerate() {
         let calls = s.turn_calls(turn);
         let (finish, parts) = if calls.is_empty() {
-            ("stop", vec![json!({"type": "text", "content": s.final_answer})])
+            (
+                "stop",
+                vec![json!({"type": "text", "content": s.final_answer})],
+            )
         } else {
             (
                 "tool_call",
@@ -990,7 +1215,8 @@ fn otel_record(s: &Scenario) -> Value {
                     .collect(),
             )
         };
-        let output = json!([{"role": "assistant", "parts": parts, "finish_reason": finish}]).to_string();
+        let output =
+            json!([{"role": "assistant", "parts": parts, "finish_reason": finish}]).to_string();
         let attrs = vec![
             sv("gen_ai.operation.name", "chat"),
             sv("gen_ai.provider.name", "openai"),
@@ -1004,8 +1230,14 @@ fn otel_record(s: &Scenario) -> Value {
                 "gen_ai.response.finish_reasons",
                 json!({"arrayValue": {"values": [{"stringValue": finish}]}}),
             ),
-            kv("gen_ai.usage.input_tokens", json!({"intValue": s.usage[turn].0.to_string()})),
-            kv("gen_ai.usage.output_tokens", json!({"intValue": s.usage[turn].1.to_string()})),
+            kv(
+                "gen_ai.usage.input_tokens",
+                json!({"intValue": s.usage[turn].0.to_string()}),
+            ),
+            kv(
+                "gen_ai.usage.output_tokens",
+                json!({"intValue": s.usage[turn].1.to_string()}),
+            ),
             sv("gen_ai.system_instructions", instructions.clone()),
             sv(
                 "gen_ai.input.messages",
@@ -1014,7 +1246,15 @@ fn otel_record(s: &Scenario) -> Value {
             sv("gen_ai.output.messages", output),
             sv("gen_ai.tool.definitions", definitions.clone()),
         ];
-        chats.push(span("chat gpt-4o-mini".into(), 3, at, dur, rng.hex(16), &root_id, attrs));
+        chats.push(span(
+            "chat gpt-4o-mini".into(),
+            3,
+            at,
+            dur,
+            rng.hex(16),
+            &root_id,
+            attrs,
+        ));
         for c in calls {
             let idx = s.calls.iter().position(|x| x.id == c.id).unwrap_or(0);
             let (at, dur) = RESULT_TIMES[idx];
@@ -1027,7 +1267,15 @@ fn otel_record(s: &Scenario) -> Value {
                 sv("gen_ai.tool.call.arguments", c.args.to_string()),
                 sv("gen_ai.tool.call.result", c.result.clone()),
             ];
-            let mut sp = span(format!("execute_tool {name}"), 1, at, dur, rng.hex(16), &root_id, vec![]);
+            let mut sp = span(
+                format!("execute_tool {name}"),
+                1,
+                at,
+                dur,
+                rng.hex(16),
+                &root_id,
+                vec![],
+            );
             if c.is_error {
                 attrs.push(sv("error.type", "ToolError"));
                 sp["status"] = json!({"code": 2, "message": "tool raised an error"});
@@ -1042,13 +1290,24 @@ fn otel_record(s: &Scenario) -> Value {
         sv("gen_ai.agent.name", "shop-agent"),
         sv("gen_ai.request.model", "gpt-4o-mini"),
         kv("tooltune.outcome.score", json!({"doubleValue": s.score})),
-        kv("tooltune.outcome.success", json!({"boolValue": s.success()})),
+        kv(
+            "tooltune.outcome.success",
+            json!({"boolValue": s.success()}),
+        ),
     ];
     if let Some(f) = &s.feedback {
         root_attrs.push(sv("tooltune.outcome.feedback", f.clone()));
     }
     // The root ends last, so an exporter sends it after its children.
-    tools.push(span("invoke_agent shop-agent".into(), 1, 0, end, root_id.clone(), "", root_attrs));
+    tools.push(span(
+        "invoke_agent shop-agent".into(),
+        1,
+        0,
+        end,
+        root_id.clone(),
+        "",
+        root_attrs,
+    ));
     json!({"resourceSpans": [{
         "resource": {"attributes": [
             sv("service.name", "shop-agent"), sv("service.version", "1.4.0"),

@@ -25,7 +25,7 @@ pub struct EvalArgs {
     #[arg(long = "overrides", value_name = "FILE")]
     overrides_file: Option<PathBuf>,
     /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
-    #[arg(long, default_value = "local")]
+    #[arg(long, default_value = "local", env = "TOOLTUNE_AGENT")]
     model: String,
     /// Environment variable holding the API key of an OpenAI-compatible endpoint.
     #[arg(long)]
@@ -33,6 +33,9 @@ pub struct EvalArgs {
     /// Which split to run: train, validation, test or all.
     #[arg(long, default_value = "all")]
     split: String,
+    /// Only this task (repeatable).
+    #[arg(long = "task", value_name = "ID")]
+    tasks: Vec<String>,
     /// The tool under study (default: the suite's first).
     #[arg(long)]
     target: Option<String>,
@@ -55,8 +58,9 @@ pub async fn run(db: &str, args: EvalArgs) -> Result<ExitCode> {
     let split = match args.split.as_str() {
         "all" => None,
         s => Some(
-            serde_json::from_value::<Split>(serde_json::Value::String(s.to_string()))
-                .map_err(|_| anyhow::anyhow!("--split {s}: expected train, validation, test or all"))?,
+            serde_json::from_value::<Split>(serde_json::Value::String(s.to_string())).map_err(
+                |_| anyhow::anyhow!("--split {s}: expected train, validation, test or all"),
+            )?,
         ),
     };
     let candidate = load_candidate(&args)?;
@@ -74,6 +78,7 @@ pub async fn run(db: &str, args: EvalArgs) -> Result<ExitCode> {
     let run_id = format!("eval-{}", uuid::Uuid::new_v4().simple());
     let opts = EvalOptions {
         split,
+        task_ids: args.tasks.clone(),
         target: args.target.clone(),
         mode: if args.selection_only {
             Mode::SelectionOnly
@@ -160,7 +165,10 @@ fn candidate_id(c: &Candidate) -> String {
 
 fn rate(r: &Rate) -> String {
     match r.value {
-        Some(v) => format!("{:.2} [{:.2}, {:.2}] ({}/{})", v, r.low, r.high, r.hits, r.trials),
+        Some(v) => format!(
+            "{:.2} [{:.2}, {:.2}] ({}/{})",
+            v, r.low, r.high, r.hits, r.trials
+        ),
         None => "- (no tasks)".to_string(),
     }
 }
@@ -214,7 +222,10 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
     println!("  target chosen first   {}", rate(&r.selection_rate));
     println!("  off-target selection  {}", rate(&r.off_target_selection));
     if let Some(e) = r.expected_selection {
-        println!("  expected selection    {e:.3} (mean exact P(first call = {}))", r.target);
+        println!(
+            "  expected selection    {e:.3} (mean exact P(first call = {}))",
+            r.target
+        );
     }
     if r.infra_failures > 0 {
         println!(

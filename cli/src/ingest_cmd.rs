@@ -59,7 +59,8 @@ pub async fn run(db: &str, args: IngestArgs) -> Result<ExitCode> {
         let started = Instant::now();
         let bar = ProgressBar::new_spinner();
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg}").unwrap_or(ProgressStyle::default_spinner()),
+            ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or(ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
         bar.set_message(format!("{name}: reading"));

@@ -16,7 +16,12 @@ use std::process::ExitCode;
 #[command(name = "tooltune", version, about, long_about = None)]
 struct Cli {
     /// The trace store: a SQLite file path, sqlite://PATH or postgres://... [default: a SQLite file in the data dir]
-    #[arg(long, global = true, env = "TOOLTUNE_DATABASE_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLTUNE_DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
 
     #[command(subcommand)]

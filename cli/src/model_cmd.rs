@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use tooltune_llm::ModelChoice;
 use tooltune_llm::local::{LocalModel, LocalOptions};
-use tooltune_llm::{BackendConfig, BackendSpec, ModelChoice};
 
 /// `tooltune model ...`
 #[derive(Debug, Args)]
@@ -57,34 +57,6 @@ struct ServeArgs {
     /// Context size in tokens.
     #[arg(long, default_value_t = 8192)]
     n_ctx: u32,
-}
-
-/// Flags that choose the agent's and the reflector's backends, for commands that run a model.
-#[derive(Debug, Clone, Args)]
-pub struct BackendArgs {
-    /// The agent's backend: `local`, `local:fast` or `openai:MODEL@BASE_URL`.
-    #[arg(long, env = "TOOLTUNE_AGENT")]
-    pub agent: Option<String>,
-    /// The reflector's backend (same forms) [default: the agent's].
-    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
-    pub reflector: Option<String>,
-    /// Name of the environment variable holding the API key for `openai:` backends.
-    #[arg(long, default_value = "TOOLTUNE_API_KEY")]
-    pub api_key_env: String,
-}
-
-impl BackendArgs {
-    /// Applies the flags on top of the configuration file's `[llm]` section.
-    pub fn apply(&self, mut cfg: BackendConfig) -> Result<BackendConfig> {
-        if let Some(a) = &self.agent {
-            cfg.agent = BackendSpec::parse(a, Some(&self.api_key_env)).context("--agent")?;
-        }
-        if let Some(r) = &self.reflector {
-            cfg.reflector =
-                Some(BackendSpec::parse(r, Some(&self.api_key_env)).context("--reflector")?);
-        }
-        Ok(cfg)
-    }
 }
 
 /// Runs `tooltune model ...`.

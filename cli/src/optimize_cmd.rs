@@ -48,10 +48,10 @@ pub struct OptimizeArgs {
     #[arg(long)]
     score_threshold: Option<f64>,
     /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
-    #[arg(long, default_value = "local")]
+    #[arg(long, default_value = "local", env = "TOOLTUNE_AGENT")]
     model: String,
     /// The reflector's model (default: the agent's).
-    #[arg(long)]
+    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
     reflector: Option<String>,
     /// Environment variable holding the API key of an OpenAI-compatible endpoint.
     #[arg(long)]
@@ -72,12 +72,13 @@ pub struct OptimizeArgs {
 
 /// Builds the agent and reflector models from their specs; the same spec shares one model instance.
 pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>) -> Result<Models> {
-    let spec = tooltune_llm::BackendSpec::parse(agent, key_env).with_context(|| format!("--model {agent}"))?;
+    let spec = tooltune_llm::BackendSpec::parse(agent, key_env)
+        .with_context(|| format!("--model {agent}"))?;
     let agent_model = tooltune_llm::build(&spec).await?;
     let reflector_model = match reflector {
         Some(r) if r != agent => {
-            let spec =
-                tooltune_llm::BackendSpec::parse(r, key_env).with_context(|| format!("--reflector {r}"))?;
+            let spec = tooltune_llm::BackendSpec::parse(r, key_env)
+                .with_context(|| format!("--reflector {r}"))?;
             tooltune_llm::build(&spec).await?
         }
         _ => Arc::clone(&agent_model),
@@ -89,12 +90,17 @@ pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>)
 }
 
 /// A progress display fed by the driver's events.
-pub fn progress_printer(label: String, budget: u64) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
+pub fn progress_printer(
+    label: String,
+    budget: u64,
+) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
     let bar = ProgressBar::new(budget);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}) {msg}")
-            .unwrap_or(ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}) {msg}",
+        )
+        .unwrap_or(ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     bar.set_prefix(label);
     let b = bar.clone();
@@ -129,7 +135,9 @@ pub fn progress_printer(label: String, budget: u64) -> (ProgressBar, impl Fn(&Ev
                 error.as_deref().unwrap_or("?")
             )),
         },
-        Event::Stopped { reason } => b.set_message(format!("stopped ({reason}); final test evaluation")),
+        Event::Stopped { reason } => {
+            b.set_message(format!("stopped ({reason}); final test evaluation"))
+        }
         _ => {}
     };
     (bar, f)
@@ -150,8 +158,14 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
             .run(run_id)
             .await?
             .with_context(|| format!("no run `{run_id}` in the store"))?;
-        let cfg: RunConfig = serde_json::from_str(&row.config).context("reading the run's configuration")?;
-        let models = models(&cfg.agent, Some(&cfg.reflector), args.api_key_env.as_deref()).await?;
+        let cfg: RunConfig =
+            serde_json::from_str(&row.config).context("reading the run's configuration")?;
+        let models = models(
+            &cfg.agent,
+            Some(&cfg.reflector),
+            args.api_key_env.as_deref(),
+        )
+        .await?;
         let (bar, on_event) = progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg));
         let r = tooltune_driver::resume(&store, run_id, models, stop, &on_event).await;
         bar.finish_and_clear();
@@ -160,11 +174,16 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
         let Some(suite) = &args.suite else {
             bail!("--suite is required (or --resume RUN)");
         };
-        let suite_path = std::fs::canonicalize(suite)
-            .with_context(|| format!("--suite {}", suite.display()))?;
+        let suite_path =
+            std::fs::canonicalize(suite).with_context(|| format!("--suite {}", suite.display()))?;
         let loaded = tooltune_evaluator::Suite::load(&suite_path)?;
         let tools = if args.tools.is_empty() {
-            loaded.tools_under_study.iter().take(1).cloned().collect::<Vec<_>>()
+            loaded
+                .tools_under_study
+                .iter()
+                .take(1)
+                .cloned()
+                .collect::<Vec<_>>()
         } else {
             args.tools.clone()
         };
@@ -195,7 +214,12 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
             reflector: args.reflector.clone().unwrap_or_else(|| args.model.clone()),
             stop_file: args.stop_file.clone(),
         };
-        let models = models(&cfg.agent, Some(&cfg.reflector), args.api_key_env.as_deref()).await?;
+        let models = models(
+            &cfg.agent,
+            Some(&cfg.reflector),
+            args.api_key_env.as_deref(),
+        )
+        .await?;
         let (bar, on_event) = progress_printer(
             format!("{} on {}", objective.as_str(), loaded.name),
             args.budget,

@@ -38,7 +38,11 @@ pub async fn run(db: &str, args: StatsArgs) -> Result<ExitCode> {
     }
     println!(
         "{:<34} {:>7} {:>7} {:>24} {:>26}",
-        "tool / description version", "shown", "chosen", "selection share (95% CI)", "success when chosen (95% CI)"
+        "tool / description version",
+        "shown",
+        "chosen",
+        "selection share (95% CI)",
+        "success when chosen (95% CI)"
     );
     for s in &stats {
         let label = match &s.description_id {

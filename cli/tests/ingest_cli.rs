@@ -59,8 +59,15 @@ fn expected_counts() -> (usize, BTreeMap<String, (u64, u64, u64)>) {
 fn check_each_format_then_stats(db: &str) {
     for f in FORMATS {
         let path = fixtures().join(format!("{f}.jsonl"));
-        let o = tooltune(db, &["ingest", "--json", path.to_str().expect("utf-8 path")]);
-        assert!(o.status.success(), "{f}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = tooltune(
+            db,
+            &["ingest", "--json", path.to_str().expect("utf-8 path")],
+        );
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let j = stdout_json(&o);
         assert_eq!(j["files"][0]["report"]["format"], f, "{j}");
     }
@@ -118,13 +125,24 @@ fn check_malformed_file_changes_nothing(db: &str, dir: &Path) {
     assert_eq!(before, after, "a rejected file changed the store");
 
     // Unknown format name.
-    let o = tooltune(db, &["ingest", "--format", "xml", bad.to_str().expect("path")]);
+    let o = tooltune(
+        db,
+        &["ingest", "--format", "xml", bad.to_str().expect("path")],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("otel") && err.contains("langfuse"), "{err}");
 
     // --skip-invalid stores the valid ones and lists the skipped line.
-    let o = tooltune(db, &["ingest", "--skip-invalid", "--json", bad.to_str().expect("path")]);
+    let o = tooltune(
+        db,
+        &[
+            "ingest",
+            "--skip-invalid",
+            "--json",
+            bad.to_str().expect("path"),
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = stdout_json(&o);
     assert_eq!(j["files"][0]["report"]["skipped"][0]["line"], 3, "{j}");

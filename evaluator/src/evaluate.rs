@@ -2,10 +2,10 @@
 //! scored by the suite's checks, and, when the backend can score exactly, the probability that the first call picks
 //! each tool. Every rollout is stored as a trajectory linked to its run and candidate.
 
+use crate::EvalError;
 use crate::host::{HostConfig, InfraFailure, Rollout, RolloutTask, ToolServer, run_rollouts};
 use crate::mcp::{CallOutcome, McpServer};
 use crate::suite::{Split, Suite, Task};
-use crate::EvalError;
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
@@ -32,7 +32,11 @@ impl Candidate {
             if !tools.iter().any(|t| &t.name == name) {
                 return Err(EvalError::UnknownTool {
                     tool: name.clone(),
-                    available: tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", "),
+                    available: tools
+                        .iter()
+                        .map(|t| t.name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 });
             }
         }
@@ -255,7 +259,11 @@ pub async fn evaluate(
             .into_iter()
             .map(|r| {
                 r.ok().flatten().map(|ps| {
-                    names.iter().cloned().zip(ps).collect::<BTreeMap<String, f64>>()
+                    names
+                        .iter()
+                        .cloned()
+                        .zip(ps)
+                        .collect::<BTreeMap<String, f64>>()
                 })
             })
             .collect();
@@ -310,7 +318,8 @@ pub async fn evaluate(
                     timeout: opts.call_timeout,
                 };
                 let t0 = Instant::now();
-                let rollouts = run_rollouts(model, &adapter, &tools, &rollout_tasks, &opts.host).await;
+                let rollouts =
+                    run_rollouts(model, &adapter, &tools, &rollout_tasks, &opts.host).await;
                 let wall = t0.elapsed().as_secs_f64();
                 let tool_s: f64 = rollouts.iter().map(|r| r.tool_time.as_secs_f64()).sum();
                 timings.tools_s += tool_s;
@@ -373,7 +382,11 @@ fn judge(
     let infra = rollout.infra_failure.map(|f| f.message);
     let check = task.check(trajectory.final_answer.as_deref(), &rollout.called);
     let (success, score, feedback) = match &infra {
-        Some(m) => (false, 0.0, format!("infrastructure failure, not judged: {m}")),
+        Some(m) => (
+            false,
+            0.0,
+            format!("infrastructure failure, not judged: {m}"),
+        ),
         None => (check.success, check.score, check.feedback),
     };
     trajectory.outcome = Outcome {

@@ -48,9 +48,10 @@ pub struct HostConfig {
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
-            system_prompt: "You are a helpful assistant with tools. Call a tool when it helps with the task. \
+            system_prompt:
+                "You are a helpful assistant with tools. Call a tool when it helps with the task. \
                             When you have the answer, reply with the final answer only."
-                .to_string(),
+                    .to_string(),
             max_tokens: 256,
             temperature: 0.0,
             seed: None,
@@ -148,6 +149,11 @@ pub async fn run_rollouts(
         let turn_started = now_rfc3339();
         let t0 = Instant::now();
         let responses = model.chat_many(&requests).await;
+        tracing::debug!(
+            turns = active.len(),
+            seconds = t0.elapsed().as_secs_f64(),
+            "model round",
+        );
         // Turns decoded together share one wall time; each is charged its share.
         let per_turn_ms = t0.elapsed().as_secs_f64() * 1000.0 / active.len().max(1) as f64;
         for (&i, response) in active.iter().zip(responses) {
@@ -163,12 +169,22 @@ pub async fn run_rollouts(
                     continue;
                 }
             };
+            tracing::debug!(
+                prompt_tokens = response.usage.prompt_tokens,
+                completion_tokens = response.usage.completion_tokens,
+                content = response.content.as_deref().unwrap_or(""),
+                calls = ?response.tool_calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+                "model turn",
+            );
             let calls: Vec<ToolCall> = response
                 .tool_calls
                 .iter()
                 .enumerate()
                 .map(|(k, c)| ToolCall {
-                    id: Some(c.id.clone().unwrap_or_else(|| format!("call_{}_{k}", l.model_turns))),
+                    id: Some(
+                        c.id.clone()
+                            .unwrap_or_else(|| format!("call_{}_{k}", l.model_turns)),
+                    ),
                     name: c.name.clone(),
                     arguments: c.arguments.clone(),
                 })
@@ -272,7 +288,12 @@ pub async fn run_rollouts(
 fn drop_unknown_tool_steps(t: &mut Trajectory) {
     let names: std::collections::HashSet<String> = t.tools.iter().map(|x| x.name.clone()).collect();
     for s in &mut t.steps {
-        if let Step::Model { tool_calls, content, .. } = s {
+        if let Step::Model {
+            tool_calls,
+            content,
+            ..
+        } = s
+        {
             let unknown: Vec<String> = tool_calls
                 .iter()
                 .filter(|c| !names.contains(&c.name))
@@ -288,7 +309,8 @@ fn drop_unknown_tool_steps(t: &mut Trajectory) {
             }
         }
     }
-    t.steps.retain(|s| !matches!(s, Step::ToolResult { name, .. } if !names.contains(name)));
+    t.steps
+        .retain(|s| !matches!(s, Step::ToolResult { name, .. } if !names.contains(name)));
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -144,7 +144,9 @@ impl EvalError {
     pub fn is_infrastructure(&self) -> bool {
         !matches!(
             self,
-            EvalError::ToolRejected { .. } | EvalError::UnknownTool { .. } | EvalError::NoTarget { .. }
+            EvalError::ToolRejected { .. }
+                | EvalError::UnknownTool { .. }
+                | EvalError::NoTarget { .. }
         )
     }
 }

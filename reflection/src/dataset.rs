@@ -64,7 +64,14 @@ impl Relation {
 pub fn failed_under(example: &ReflectiveExample, tool: &str, goal: Goal) -> bool {
     match goal {
         Goal::TaskSuccess => !example.success,
-        Goal::Selection => example.trajectory.tool_calls().next().map(|c| c.name.as_str()) != Some(tool),
+        Goal::Selection => {
+            example
+                .trajectory
+                .tool_calls()
+                .next()
+                .map(|c| c.name.as_str())
+                != Some(tool)
+        }
     }
 }
 
@@ -235,7 +242,10 @@ impl RunRecord {
                 })
                 .collect(),
             calls: calls_with_results(t, limits),
-            final_answer: t.final_answer.as_deref().map(|a| cut(a, limits.answer_chars)),
+            final_answer: t
+                .final_answer
+                .as_deref()
+                .map(|a| cut(a, limits.answer_chars)),
             success: ex.success,
             feedback: cut(&ex.feedback, limits.feedback_chars),
         })
@@ -307,7 +317,12 @@ pub(crate) mod tests {
     use serde_json::json;
 
     /// A contractor-like run: `called` is the tool the agent called (if any), `owner` the task's tool.
-    pub(crate) fn run(task: &str, owner: &str, called: Option<&str>, success: bool) -> ReflectiveExample {
+    pub(crate) fn run(
+        task: &str,
+        owner: &str,
+        called: Option<&str>,
+        success: bool,
+    ) -> ReflectiveExample {
         let mut steps = vec![];
         if let Some(c) = called {
             steps.push(json!({"type": "model", "tool_calls": [{"id": "c1", "name": c, "arguments": {"query": task}}]}));
@@ -330,18 +345,32 @@ pub(crate) mod tests {
             owner: Some(owner.into()),
             trajectory,
             success,
-            feedback: if success { "ok".into() } else { "expected a different answer".into() },
+            feedback: if success {
+                "ok".into()
+            } else {
+                "expected a different answer".into()
+            },
         }
     }
 
     fn contractor_runs() -> Vec<ReflectiveExample> {
         vec![
             run("weather in Paris", "web_search", Some("web_search"), true), // 0: other task, left
-            run("billing SDK retries", "search_docs", Some("web_search"), false), // 1: own task missed
-            run("sync_orders returns", "search_docs", Some("web_search"), false), // 2: own task missed
+            run(
+                "billing SDK retries",
+                "search_docs",
+                Some("web_search"),
+                false,
+            ), // 1: own task missed
+            run(
+                "sync_orders returns",
+                "search_docs",
+                Some("web_search"),
+                false,
+            ), // 2: own task missed
             run("World Cup winner", "web_search", Some("search_docs"), false), // 3: other task taken
             run("on-call runbook", "search_docs", Some("search_docs"), true), // 4: own task taken, won
-            run("refund limit", "search_docs", None, false),                // 5: own task missed
+            run("refund limit", "search_docs", None, false),                  // 5: own task missed
         ]
     }
 
@@ -368,10 +397,19 @@ pub(crate) mod tests {
         // Failures: 1, 2, 5 (missed) and 3 (taken from web_search). Round-robin: 1, 3, 2, 5.
         assert_eq!(select(&r, "search_docs", Goal::TaskSuccess, 2), vec![1, 3]);
         // With three slots the last goes to the best success (4: its own task, taken).
-        assert_eq!(select(&r, "search_docs", Goal::TaskSuccess, 3), vec![1, 3, 4]);
-        assert_eq!(select(&r, "search_docs", Goal::TaskSuccess, 4), vec![1, 3, 2, 4]);
+        assert_eq!(
+            select(&r, "search_docs", Goal::TaskSuccess, 3),
+            vec![1, 3, 4]
+        );
+        assert_eq!(
+            select(&r, "search_docs", Goal::TaskSuccess, 4),
+            vec![1, 3, 2, 4]
+        );
         // Room for everything: failures first, then successes in relation order.
-        assert_eq!(select(&r, "search_docs", Goal::TaskSuccess, 10), vec![1, 3, 2, 5, 4, 0]);
+        assert_eq!(
+            select(&r, "search_docs", Goal::TaskSuccess, 10),
+            vec![1, 3, 2, 5, 4, 0]
+        );
         assert!(select(&r, "search_docs", Goal::TaskSuccess, 0).is_empty());
     }
 
@@ -383,7 +421,10 @@ pub(crate) mod tests {
         assert!(!failed_under(&r[3], "search_docs", Goal::Selection));
         assert_eq!(select(&r, "search_docs", Goal::Selection, 3), vec![1, 0, 3]);
         assert_eq!(select(&r, "search_docs", Goal::Selection, 2), vec![1, 0]);
-        assert_eq!(select(&r, "search_docs", Goal::Selection, 6), vec![1, 0, 2, 5, 3, 4]);
+        assert_eq!(
+            select(&r, "search_docs", Goal::Selection, 6),
+            vec![1, 0, 2, 5, 3, 4]
+        );
     }
 
     #[test]
@@ -428,7 +469,10 @@ pub(crate) mod tests {
         assert_eq!(rec.relation, Relation::OwnTaskTaken);
         assert_eq!(rec.calls.len(), 2);
         assert_eq!(rec.calls[0].arguments, r#"{"path":"notes.txt"}"#);
-        let r0 = rec.calls[0].result.as_deref().expect("read_file has a result");
+        let r0 = rec.calls[0]
+            .result
+            .as_deref()
+            .expect("read_file has a result");
         assert_eq!(r0.chars().count(), 240 + " [...]".len());
         assert!(rec.calls[0].is_error);
         assert_eq!(rec.calls[1].result.as_deref(), Some("2"));

@@ -3,9 +3,9 @@
 //!
 //! [`reflect`] selects a few runs ([`dataset`]), renders one short prompt from the templates in
 //! `templates/` ([`prompt`]), sends it to any [`ChatModel`], and parses the reply leniently ([`parse`]). A
-//! reply without a usable description is answered with a follow-up naming the fault, up to
-//! [`ReflectionOptions::max_attempts`] times in all; if none works the [`Proposal`] records the failure with
-//! every prompt and reply. Nothing is dropped silently: the driver stores the proposal with the candidate.
+//! reply without a usable description is retried: the same prompt again with a short note naming the fault,
+//! sampled, up to [`ReflectionOptions::max_attempts`] requests in all; if none works the [`Proposal`]
+//! records the failure with every prompt and reply. Nothing is dropped silently: the driver stores the proposal with the candidate.
 //!
 //! The two goals share one template; the only difference is the sentence stating the goal. The prompt says
 //! nothing else about honesty or promotion, so whatever the reflector writes under each goal is what that
@@ -63,10 +63,13 @@ pub struct ReflectionOptions {
     pub max_attempts: usize,
     /// Generation limit per reply.
     pub max_tokens: u32,
-    /// Sampling temperature (`0` = greedy).
+    /// Sampling temperature of the first reply (`0` = greedy).
     pub temperature: f32,
-    /// Sampling seed when `temperature > 0`.
-    pub seed: Option<u64>,
+    /// Sampling temperature of retries: a greedy retry of the same prompt would mostly repeat the first
+    /// reply, the note naming the fault being a small change to a long prompt.
+    pub retry_temperature: f32,
+    /// Sampling seed; attempt `n` uses `seed + n`, so a run is reproducible on a backend that honours seeds.
+    pub seed: u64,
 }
 
 impl Default for ReflectionOptions {
@@ -77,9 +80,10 @@ impl Default for ReflectionOptions {
             schema_chars: 300,
             max_description_chars: 400,
             max_attempts: 3,
-            max_tokens: 220,
+            max_tokens: 180,
             temperature: 0.0,
-            seed: None,
+            retry_temperature: 0.7,
+            seed: 0,
         }
     }
 }
@@ -105,7 +109,8 @@ pub struct ReflectionRequest {
 /// One request to the reflector and its answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
-    /// The user message sent in this attempt: the full reflection prompt first, a follow-up after that.
+    /// The user message sent in this attempt: the reflection prompt, followed on retries by a note naming
+    /// what was wrong with the previous reply. (The system message is [`Proposal::system`].)
     pub prompt: String,
     /// The model's reply text (empty when it wrote none).
     pub reply: String,
@@ -217,26 +222,48 @@ impl ReflectionRequest {
             return Err(bad("tool", "is empty"));
         }
         if self.examples.is_empty() {
-            return Err(bad("examples", "is empty: reflection needs at least one evaluated run"));
+            return Err(bad(
+                "examples",
+                "is empty: reflection needs at least one evaluated run",
+            ));
         }
         if self.options.max_examples == 0 {
             return Err(bad("options.max_examples", "is 0: no run could be shown"));
         }
         if self.options.max_attempts == 0 {
-            return Err(bad("options.max_attempts", "is 0: the reflector would never be asked"));
+            return Err(bad(
+                "options.max_attempts",
+                "is 0: the reflector would never be asked",
+            ));
         }
         if self.options.max_description_chars == 0 {
-            return Err(bad("options.max_description_chars", "is 0: no description could be accepted"));
+            return Err(bad(
+                "options.max_description_chars",
+                "is 0: no description could be accepted",
+            ));
         }
         Ok(())
     }
 
     /// The runs that will be shown and what of them: useful to inspect a prompt without a model.
     pub fn records(&self) -> Vec<RunRecord> {
-        dataset::select(&self.examples, &self.tool, self.goal, self.options.max_examples)
-            .into_iter()
-            .filter_map(|i| RunRecord::build(&self.examples, i, &self.tool, self.goal, &self.options.limits))
-            .collect()
+        dataset::select(
+            &self.examples,
+            &self.tool,
+            self.goal,
+            self.options.max_examples,
+        )
+        .into_iter()
+        .filter_map(|i| {
+            RunRecord::build(
+                &self.examples,
+                i,
+                &self.tool,
+                self.goal,
+                &self.options.limits,
+            )
+        })
+        .collect()
     }
 
     /// Renders the prompt this request would send first.
@@ -247,7 +274,10 @@ impl ReflectionRequest {
     }
 }
 
-fn render_with(req: &ReflectionRequest, runs: &[RunRecord]) -> Result<prompt::RenderedPrompt, ReflectionError> {
+fn render_with(
+    req: &ReflectionRequest,
+    runs: &[RunRecord],
+) -> Result<prompt::RenderedPrompt, ReflectionError> {
     prompt::render(&prompt::PromptInput {
         tool: &req.tool,
         current_description: &req.current_description,
@@ -268,7 +298,10 @@ fn add(total: &mut Usage, u: Usage) {
 ///
 /// Returns a [`Proposal`] whether or not a usable description came out; `Err` only for an unusable request,
 /// a template bug, or a backend failure (which carries the attempts made so far).
-pub async fn reflect(model: &dyn ChatModel, req: &ReflectionRequest) -> Result<Proposal, ReflectionError> {
+pub async fn reflect(
+    model: &dyn ChatModel,
+    req: &ReflectionRequest,
+) -> Result<Proposal, ReflectionError> {
     req.validate()?;
     let opts = &req.options;
     let runs = req.records();
@@ -291,14 +324,22 @@ pub async fn reflect(model: &dyn ChatModel, req: &ReflectionRequest) -> Result<P
         echo_markers: &rendered.echo_markers,
         max_chars: opts.max_description_chars,
     };
-    let mut messages = vec![Message::system(rendered.system.clone())];
-    let mut next_prompt = rendered.user.clone();
+    // Each retry is a fresh conversation: the same prompt followed by a short note naming what was wrong
+    // with the last reply. Shown its own rejected reply, the 1.5B model repeated it word for word (greedy
+    // and sampled alike, measured on the contractor case); without it, a sampled retry differs.
+    let mut user = rendered.user.clone();
     for attempt in 1..=opts.max_attempts {
-        messages.push(Message::user(next_prompt.clone()));
-        let mut chat = ChatRequest::text(messages.clone());
+        let mut chat = ChatRequest::text(vec![
+            Message::system(rendered.system.clone()),
+            Message::user(user.clone()),
+        ]);
         chat.max_tokens = opts.max_tokens;
-        chat.temperature = opts.temperature;
-        chat.seed = opts.seed;
+        chat.temperature = if attempt == 1 {
+            opts.temperature
+        } else {
+            opts.retry_temperature
+        };
+        chat.seed = Some(opts.seed.wrapping_add(attempt as u64));
         let resp = match model.chat(&chat).await {
             Ok(r) => r,
             Err(source) => {
@@ -332,8 +373,8 @@ pub async fn reflect(model: &dyn ChatModel, req: &ReflectionRequest) -> Result<P
             }
         };
         proposal.attempts.push(Attempt {
-            prompt: next_prompt.clone(),
-            reply: reply.clone(),
+            prompt: user.clone(),
+            reply,
             error: error.clone(),
             rejection,
             usage: resp.usage,
@@ -342,11 +383,8 @@ pub async fn reflect(model: &dyn ChatModel, req: &ReflectionRequest) -> Result<P
         match error {
             None => return Ok(proposal),
             Some(e) => {
-                messages.push(Message::Assistant {
-                    content: Some(reply),
-                    tool_calls: Vec::new(),
-                });
-                next_prompt = prompt::render_retry(&req.tool, &e, opts.max_description_chars)?;
+                let note = prompt::render_retry(&req.tool, &e, opts.max_description_chars)?;
+                user = format!("{}\n\n{note}", rendered.user);
             }
         }
     }
@@ -366,7 +404,7 @@ mod tests {
     /// conversations it was sent. Not a model; used only in these unit tests.
     struct ScriptedFakeReflector {
         replies: Mutex<Vec<Result<String, String>>>,
-        seen: Mutex<Vec<Vec<Message>>>,
+        seen: Mutex<Vec<ChatRequest>>,
     }
 
     impl ScriptedFakeReflector {
@@ -390,8 +428,13 @@ mod tests {
             "fake:scripted".into()
         }
         async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
-            self.seen.lock().expect("lock").push(req.messages.clone());
-            let next = self.replies.lock().expect("lock").pop().expect("script has a reply left");
+            self.seen.lock().expect("lock").push(req.clone());
+            let next = self
+                .replies
+                .lock()
+                .expect("lock")
+                .pop()
+                .expect("script has a reply left");
             match next {
                 Ok(text) => Ok(ChatResponse {
                     content: Some(text),
@@ -424,7 +467,12 @@ mod tests {
             input_schema: Value::Null,
             goal,
             examples: vec![
-                run("billing SDK retries", "search_docs", Some("web_search"), false),
+                run(
+                    "billing SDK retries",
+                    "search_docs",
+                    Some("web_search"),
+                    false,
+                ),
                 run("World Cup winner", "web_search", Some("search_docs"), false),
             ],
             options: ReflectionOptions::default(),
@@ -433,9 +481,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_good_first_reply_is_accepted() {
-        let m = ScriptedFakeReflector::new(&[Ok("DIAGNOSIS: vague.\nDESCRIPTION: Search the billing SDK reference.")]);
-        let p = reflect(&m, &request(Goal::TaskSuccess)).await.expect("reflects");
-        assert_eq!(p.description.as_deref(), Some("Search the billing SDK reference."));
+        let m = ScriptedFakeReflector::new(&[Ok(
+            "DIAGNOSIS: vague.\nDESCRIPTION: Search the billing SDK reference.",
+        )]);
+        let p = reflect(&m, &request(Goal::TaskSuccess))
+            .await
+            .expect("reflects");
+        assert_eq!(
+            p.description.as_deref(),
+            Some("Search the billing SDK reference.")
+        );
         assert_eq!(p.diagnosis.as_deref(), Some("vague."));
         assert_eq!(p.attempts.len(), 1);
         assert_eq!(p.attempts[0].error, None);
@@ -444,7 +499,11 @@ mod tests {
         assert_eq!(p.template_version, TEMPLATE_VERSION);
         assert_eq!(p.model, "fake:scripted");
         let seen = m.seen.lock().expect("lock");
-        assert_eq!(seen[0].len(), 2, "system and user");
+        assert_eq!(seen[0].messages.len(), 2, "system and user");
+        assert_eq!(
+            (seen[0].temperature, seen[0].seed, seen[0].max_tokens),
+            (0.0, Some(1), 180)
+        );
     }
 
     #[tokio::test]
@@ -454,32 +513,61 @@ mod tests {
             Ok("DIAGNOSIS: it lost.\nDESCRIPTION: Search the company's internal documentation."),
             Ok("DESCRIPTION: Certainly! Here it is."),
         ]);
-        let p = reflect(&m, &request(Goal::Selection)).await.expect("reflects");
+        let p = reflect(&m, &request(Goal::Selection))
+            .await
+            .expect("reflects");
         assert!(!p.succeeded());
         assert_eq!(p.description, None);
         assert_eq!(p.diagnosis.as_deref(), Some("it lost."));
         assert_eq!(p.attempts.len(), 3);
         assert_eq!(p.attempts[0].rejection, Some(Rejection::NoDescription));
         assert_eq!(p.attempts[1].rejection, Some(Rejection::Unchanged));
-        assert!(matches!(p.attempts[2].rejection, Some(Rejection::ChatReply { .. })));
-        assert!(p.attempts[0].prompt.contains("Goal: the agent should choose `search_docs` as often as possible."));
-        assert!(p.attempts[1].prompt.starts_with("Your reply could not be used: it has no line starting with DESCRIPTION:."));
+        assert!(matches!(
+            p.attempts[2].rejection,
+            Some(Rejection::ChatReply { .. })
+        ));
+        assert!(
+            p.attempts[0]
+                .prompt
+                .contains("Goal: the agent should choose `search_docs` as often as possible.")
+        );
+        let note = "A previous reply to this request could not be used: it has no line starting with DESCRIPTION:.";
+        assert!(p.attempts[1].prompt.starts_with(&p.attempts[0].prompt));
+        assert!(
+            p.attempts[1].prompt.contains(note),
+            "{}",
+            p.attempts[1].prompt
+        );
+        assert!(
+            p.attempts[2]
+                .prompt
+                .contains("the current description unchanged; write a different one.")
+        );
         assert_eq!(p.tokens.prompt_tokens, 300);
-        // The conversation grows: each retry carries the earlier reply and the follow-up.
+        // Each retry is a fresh two-message conversation, sampled with its own seed.
         let seen = m.seen.lock().expect("lock");
-        assert_eq!(seen.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 4, 6]);
-        assert!(matches!(&seen[2][4], Message::Assistant { content: Some(c), .. } if c.contains("internal documentation")));
+        assert!(seen.iter().all(|r| r.messages.len() == 2));
+        let knobs: Vec<(f32, Option<u64>)> = seen.iter().map(|r| (r.temperature, r.seed)).collect();
+        assert_eq!(knobs, vec![(0.0, Some(1)), (0.7, Some(2)), (0.7, Some(3))]);
+        assert!(
+            matches!(&seen[1].messages[1], Message::User { content } if content == &p.attempts[1].prompt)
+        );
         // Everything round-trips through JSON for the store.
-        let back: Proposal = serde_json::from_str(&serde_json::to_string(&p).expect("serialises")).expect("parses");
+        let back: Proposal =
+            serde_json::from_str(&serde_json::to_string(&p).expect("serialises")).expect("parses");
         assert_eq!(back, p);
     }
 
     #[tokio::test]
     async fn a_backend_failure_keeps_the_attempts_made_so_far() {
         let m = ScriptedFakeReflector::new(&[Ok("no labels here"), Err("connection reset")]);
-        let e = reflect(&m, &request(Goal::TaskSuccess)).await.expect_err("backend fails");
+        let e = reflect(&m, &request(Goal::TaskSuccess))
+            .await
+            .expect_err("backend fails");
         match e {
-            ReflectionError::Model { attempt, partial, .. } => {
+            ReflectionError::Model {
+                attempt, partial, ..
+            } => {
                 assert_eq!(attempt, 2);
                 assert_eq!(partial.attempts.len(), 1);
                 assert_eq!(partial.attempts[0].reply, "no labels here");
@@ -497,7 +585,13 @@ mod tests {
         assert!(e.to_string().contains("examples"), "{e}");
         let mut r = request(Goal::TaskSuccess);
         r.options.max_attempts = 0;
-        assert!(reflect(&m, &r).await.expect_err("no attempts").to_string().contains("options.max_attempts"));
+        assert!(
+            reflect(&m, &r)
+                .await
+                .expect_err("no attempts")
+                .to_string()
+                .contains("options.max_attempts")
+        );
         assert!(m.seen.lock().expect("lock").is_empty());
     }
 
@@ -516,7 +610,10 @@ mod tests {
         let got = hex::encode(h.finalize());
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
-            ("reflect-v1", "0000"),
+            (
+                "reflect-v1",
+                "a2318f0f9dfc5f11c3522ff9c307ee3fe854f7a6ffbcdf2e1ef5607aee2b93db"
+            ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );
     }

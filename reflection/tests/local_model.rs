@@ -6,7 +6,9 @@
 use serde_json::{Value, json};
 use tooltune_core::Trajectory;
 use tooltune_llm::{BackendSpec, build};
-use tooltune_reflection::{Goal, Proposal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
+use tooltune_reflection::{
+    Goal, Proposal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect,
+};
 
 const SEED: &str = "Search the company's internal documentation.";
 
@@ -114,13 +116,18 @@ fn report(p: &Proposal, secs: f64) {
     for (i, a) in p.attempts.iter().enumerate() {
         eprintln!("--- attempt {} reply ({:?}):\n{}", i + 1, a.error, a.reply);
     }
-    eprintln!("--- diagnosis: {:?}\n--- description: {:?}", p.diagnosis, p.description);
+    eprintln!(
+        "--- diagnosis: {:?}\n--- description: {:?}",
+        p.diagnosis, p.description
+    );
 }
 
 #[tokio::test]
 async fn the_local_model_reflects_under_both_goals() {
     let spec = BackendSpec::parse("local", None).expect("spec parses");
-    let model = build(&spec).await.expect("the local model loads (fetched if missing)");
+    let model = build(&spec)
+        .await
+        .expect("the local model loads (fetched if missing)");
     let first = request(Goal::TaskSuccess).render().expect("renders");
     eprintln!("=== prompt (task success):\n{}\n", first.user);
 
@@ -128,7 +135,9 @@ async fn the_local_model_reflects_under_both_goals() {
     for goal in [Goal::TaskSuccess, Goal::Selection] {
         let req = request(goal);
         let t0 = std::time::Instant::now();
-        let p = reflect(model.as_ref(), &req).await.expect("the reflector answers");
+        let p = reflect(model.as_ref(), &req)
+            .await
+            .expect("the reflector answers");
         report(&p, t0.elapsed().as_secs_f64());
 
         // Whatever the outcome, every attempt is recorded with the model's real reply and token counts.
@@ -136,7 +145,10 @@ async fn the_local_model_reflects_under_both_goals() {
         assert!(p.attempts.len() <= req.options.max_attempts);
         for a in &p.attempts {
             assert!(!a.reply.trim().is_empty(), "empty reply recorded: {a:?}");
-            assert!(a.usage.prompt_tokens > 0 && a.usage.completion_tokens > 0, "{a:?}");
+            assert!(
+                a.usage.prompt_tokens > 0 && a.usage.completion_tokens > 0,
+                "{a:?}"
+            );
         }
         assert!(p.attempts[0].prompt.contains(match goal {
             Goal::TaskSuccess => "Goal: the agent should solve as many tasks as possible.",
@@ -148,7 +160,11 @@ async fn the_local_model_reflects_under_both_goals() {
                 // Accepted on the last attempt, and only then.
                 let last = p.attempts.last().expect("non-empty");
                 assert_eq!(last.error, None);
-                assert!(p.attempts[..p.attempts.len() - 1].iter().all(|a| a.error.is_some()));
+                assert!(
+                    p.attempts[..p.attempts.len() - 1]
+                        .iter()
+                        .all(|a| a.error.is_some())
+                );
                 assert_ne!(d.trim(), SEED);
                 assert!(d.chars().count() <= req.options.max_description_chars);
                 assert!(!d.contains("<<<") && !d.contains(">>>"));
@@ -159,7 +175,10 @@ async fn the_local_model_reflects_under_both_goals() {
             }
         }
         let stored = serde_json::to_value(&p).expect("serialises");
-        assert_eq!(stored["template_version"], Value::from(tooltune_reflection::TEMPLATE_VERSION));
+        assert_eq!(
+            stored["template_version"],
+            Value::from(tooltune_reflection::TEMPLATE_VERSION)
+        );
     }
     // Greedy decoding makes this deterministic: a broken parse path turns it red rather than into two
     // recorded failures.

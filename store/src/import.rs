@@ -300,7 +300,13 @@ const TRAJECTORY_COLS: &[&str] = &[
     "ingested_at",
     "body",
 ];
-const TOOL_COLS: &[&str] = &["trajectory_id", "position", "description_id", "tool", "calls"];
+const TOOL_COLS: &[&str] = &[
+    "trajectory_id",
+    "position",
+    "description_id",
+    "tool",
+    "calls",
+];
 const DESCRIPTION_COLS: &[&str] = &["id", "tool", "description", "input_schema", "first_seen_at"];
 // Rows per statement: well under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters.
 const TRAJECTORY_BATCH: usize = 500;

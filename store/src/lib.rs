@@ -283,11 +283,12 @@ impl Store {
 
     /// The text of a stored description version.
     pub async fn description(&self, id: &DescriptionId) -> Result<Option<ToolSpec>, StoreError> {
-        let row = sqlx::query("SELECT tool, description, input_schema FROM descriptions WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(q("loading a description"))?;
+        let row =
+            sqlx::query("SELECT tool, description, input_schema FROM descriptions WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(q("loading a description"))?;
         row.map(|r| {
             let schema: String = r.get(2);
             Ok(ToolSpec {
@@ -311,7 +312,11 @@ fn normalise_url(url: &str) -> Result<(String, Backend), StoreError> {
         let rest = rest.trim_start_matches("//");
         let mut s = format!("sqlite://{rest}");
         if !rest.contains("mode=") && rest != ":memory:" {
-            s.push_str(if rest.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+            s.push_str(if rest.contains('?') {
+                "&mode=rwc"
+            } else {
+                "?mode=rwc"
+            });
         }
         return Ok((s, Backend::Sqlite));
     }
@@ -354,7 +359,10 @@ mod tests {
             Backend::Postgres
         );
         assert!(normalise_url("mysql://h/db").is_err());
-        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
         assert_eq!(sqlite_path("sqlite://a/b.db?mode=rwc"), Some("a/b.db"));
     }
 }

@@ -128,15 +128,17 @@ impl Store {
         result: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE runs SET status = $1, result = $2, error = $3, updated_at = $4 WHERE id = $5")
-            .bind(status)
-            .bind(result)
-            .bind(error)
-            .bind(now())
-            .bind(id)
-            .execute(self.pool())
-            .await
-            .map_err(q("finishing a run"))?;
+        sqlx::query(
+            "UPDATE runs SET status = $1, result = $2, error = $3, updated_at = $4 WHERE id = $5",
+        )
+        .bind(status)
+        .bind(result)
+        .bind(error)
+        .bind(now())
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(q("finishing a run"))?;
         Ok(())
     }
 
@@ -226,7 +228,12 @@ impl Store {
     }
 
     /// Stores a reflection's outcome under its key (first one wins).
-    pub async fn save_proposal(&self, run_id: &str, key: &str, proposal: &str) -> Result<(), StoreError> {
+    pub async fn save_proposal(
+        &self,
+        run_id: &str,
+        key: &str,
+        proposal: &str,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO run_proposals (run_id, proposal_key, proposal, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT DO NOTHING",
@@ -243,12 +250,14 @@ impl Store {
 
     /// A stored reflection, if this request was answered before.
     pub async fn proposal(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar("SELECT proposal FROM run_proposals WHERE run_id = $1 AND proposal_key = $2")
-            .bind(run_id)
-            .bind(key)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(q("loading a proposal"))
+        sqlx::query_scalar(
+            "SELECT proposal FROM run_proposals WHERE run_id = $1 AND proposal_key = $2",
+        )
+        .bind(run_id)
+        .bind(key)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(q("loading a proposal"))
     }
 
     /// Appends a progress event; returns its sequence number.
@@ -260,14 +269,16 @@ impl Store {
         .fetch_one(self.pool())
         .await
         .map_err(q("numbering an event"))?;
-        sqlx::query("INSERT INTO run_events (run_id, seq, event, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(run_id)
-            .bind(seq)
-            .bind(event)
-            .bind(now())
-            .execute(self.pool())
-            .await
-            .map_err(q("storing an event"))?;
+        sqlx::query(
+            "INSERT INTO run_events (run_id, seq, event, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(run_id)
+        .bind(seq)
+        .bind(event)
+        .bind(now())
+        .execute(self.pool())
+        .await
+        .map_err(q("storing an event"))?;
         Ok(seq)
     }
 

@@ -117,21 +117,54 @@ fn reader(text: String) -> ChunkReader<Cursor<Vec<u8>>> {
 
 fn sample() -> Vec<Trajectory> {
     vec![
-        trajectory("retry limit of the billing SDK", &["search_docs"], true, "Search internal docs."),
-        trajectory("what sync_orders returns", &["web_search"], false, "Search internal docs."),
-        trajectory("weather in Paris", &["web_search"], true, "Search internal docs."),
-        trajectory("on-call runbook for db failover", &["search_docs", "search_docs"], false, "Search the engineering handbook and SDK references."),
-        trajectory("World Cup winner", &[], false, "Search the engineering handbook and SDK references."),
+        trajectory(
+            "retry limit of the billing SDK",
+            &["search_docs"],
+            true,
+            "Search internal docs.",
+        ),
+        trajectory(
+            "what sync_orders returns",
+            &["web_search"],
+            false,
+            "Search internal docs.",
+        ),
+        trajectory(
+            "weather in Paris",
+            &["web_search"],
+            true,
+            "Search internal docs.",
+        ),
+        trajectory(
+            "on-call runbook for db failover",
+            &["search_docs", "search_docs"],
+            false,
+            "Search the engineering handbook and SDK references.",
+        ),
+        trajectory(
+            "World Cup winner",
+            &[],
+            false,
+            "Search the engineering handbook and SDK references.",
+        ),
     ]
 }
 
 async fn import_then_stats(db: TestDb) {
     let s = &db.store;
     let report = s
-        .import(reader(jsonl(&sample())), "test.jsonl", ImportOptions::default(), |_| {})
+        .import(
+            reader(jsonl(&sample())),
+            "test.jsonl",
+            ImportOptions::default(),
+            |_| {},
+        )
         .await
         .expect("import");
-    assert_eq!((report.records, report.added, report.already_present), (5, 5, 0));
+    assert_eq!(
+        (report.records, report.added, report.already_present),
+        (5, 5, 0)
+    );
     // Three description versions: two of search_docs, one of web_search, each stored once.
     assert_eq!(s.count_descriptions().await.expect("count"), 3);
     let stats = s.tool_stats(None).await.expect("stats");
@@ -145,12 +178,18 @@ async fn import_then_stats(db: TestDb) {
     let docs = total("search_docs");
     assert_eq!((docs.shown, docs.chosen, docs.calls), (5, 2, 3));
     assert_eq!(
-        (docs.success_when_chosen.hits, docs.success_when_chosen.trials),
+        (
+            docs.success_when_chosen.hits,
+            docs.success_when_chosen.trials
+        ),
         (1, 2)
     );
     let web = total("web_search");
     assert_eq!((web.shown, web.chosen, web.calls), (5, 2, 2));
-    assert_eq!((web.success_when_chosen.hits, web.success_when_chosen.trials), (1, 2));
+    assert_eq!(
+        (web.success_when_chosen.hits, web.success_when_chosen.trials),
+        (1, 2)
+    );
     let versions: Vec<_> = stats
         .iter()
         .filter(|r| r.tool == "search_docs" && r.description_id.is_some())
@@ -162,7 +201,12 @@ async fn import_then_stats(db: TestDb) {
 
     // The same file again adds nothing.
     let again = s
-        .import(reader(jsonl(&sample())), "test.jsonl", ImportOptions::default(), |_| {})
+        .import(
+            reader(jsonl(&sample())),
+            "test.jsonl",
+            ImportOptions::default(),
+            |_| {},
+        )
         .await
         .expect("re-import");
     assert_eq!((again.added, again.already_present), (0, 5));
@@ -184,9 +228,17 @@ async fn invalid_file_is_rejected_whole(db: TestDb) {
     let mut text = jsonl(&sample());
     text.push_str("\n{\"task\": \"truncated\", \"tools\": [");
     text.push('\n');
-    text.push_str(&serde_json::to_string(&trajectory("later good one", &["web_search"], true, "x")).expect("json"));
+    text.push_str(
+        &serde_json::to_string(&trajectory("later good one", &["web_search"], true, "x"))
+            .expect("json"),
+    );
     let err = s
-        .import(reader(text.clone()), "bad.jsonl", ImportOptions::default(), |_| {})
+        .import(
+            reader(text.clone()),
+            "bad.jsonl",
+            ImportOptions::default(),
+            |_| {},
+        )
         .await
         .expect_err("rejected");
     match &err {
@@ -202,10 +254,18 @@ async fn invalid_file_is_rejected_whole(db: TestDb) {
     assert_eq!(s.count_descriptions().await.expect("count"), 0);
 
     let report = s
-        .import(reader(text), "bad.jsonl", ImportOptions { skip_invalid: true }, |_| {})
+        .import(
+            reader(text),
+            "bad.jsonl",
+            ImportOptions { skip_invalid: true },
+            |_| {},
+        )
         .await
         .expect("skip invalid");
-    assert_eq!((report.records, report.added, report.skipped.len()), (7, 6, 1));
+    assert_eq!(
+        (report.records, report.added, report.skipped.len()),
+        (7, 6, 1)
+    );
     assert_eq!(report.skipped[0].line, 6);
     assert_eq!(s.count_trajectories().await.expect("count"), 6);
     db.finish().await;
@@ -213,7 +273,12 @@ async fn invalid_file_is_rejected_whole(db: TestDb) {
 
 async fn insert_keeps_run_links(db: TestDb) {
     let s = &db.store;
-    let mut t = trajectory("evaluated task", &["search_docs"], true, "Search internal docs.");
+    let mut t = trajectory(
+        "evaluated task",
+        &["search_docs"],
+        true,
+        "Search internal docs.",
+    );
     t.links.run_id = Some("run-1".into());
     t.links.candidate_id = Some("cand-2".into());
     t.links.rollout = Some(0);

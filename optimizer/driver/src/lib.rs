@@ -10,7 +10,7 @@
 
 mod summary;
 
-pub use summary::{CandidateSummary, Comparison, RunSummary, Lineage};
+pub use summary::{CandidateSummary, Comparison, Lineage, RunSummary};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tooltune_core::{ToolSpec, TrajectoryId};
-use tooltune_evaluator::evaluate::{Candidate as EvalCandidate, EvalOptions, Mode, TaskResult, evaluate};
+use tooltune_evaluator::evaluate::{
+    Candidate as EvalCandidate, EvalOptions, Mode, TaskResult, evaluate,
+};
 use tooltune_evaluator::{McpServer, Split, Suite};
 use tooltune_llm::ChatModel;
 use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
@@ -233,11 +235,12 @@ impl Ctx<'_> {
         let key = candidate_key(descriptions);
         let mut have: BTreeMap<(String, i64), TaskResult> = BTreeMap::new();
         for row in self.store.rollouts(&self.run_id, &key).await? {
-            let r: TaskResult = serde_json::from_str(&row.result).map_err(|e| DriverError::Corrupt {
-                run: self.run_id.clone(),
-                what: "rollout result",
-                message: e.to_string(),
-            })?;
+            let r: TaskResult =
+                serde_json::from_str(&row.result).map_err(|e| DriverError::Corrupt {
+                    run: self.run_id.clone(),
+                    what: "rollout result",
+                    message: e.to_string(),
+                })?;
             have.insert((row.task_id, row.rollout), r);
         }
         let candidate = EvalCandidate {
@@ -312,14 +315,16 @@ impl Ctx<'_> {
                     r.score,
                     r.called.clone(),
                 )?;
-                Ok(match r
-                    .first_call_probabilities
-                    .as_ref()
-                    .and_then(|p| p.get(&self.cfg.target))
-                {
-                    Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
-                    None => f,
-                })
+                Ok(
+                    match r
+                        .first_call_probabilities
+                        .as_ref()
+                        .and_then(|p| p.get(&self.cfg.target))
+                    {
+                        Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
+                        None => f,
+                    },
+                )
             })
             .collect()
     }
@@ -416,7 +421,7 @@ impl Ctx<'_> {
             },
             examples,
             options: ReflectionOptions {
-                seed: Some(self.cfg.seed),
+                seed: self.cfg.seed,
                 ..ReflectionOptions::default()
             },
         };
@@ -593,7 +598,8 @@ async fn drive(
     ctx.server.shutdown().await;
     match result {
         Ok(summary) => {
-            let status = if search.stopped() == Some(tooltune_optimizer::StopReason::StopRequested) {
+            let status = if search.stopped() == Some(tooltune_optimizer::StopReason::StopRequested)
+            {
                 "stopped"
             } else {
                 "finished"
@@ -610,7 +616,9 @@ async fn drive(
         }
         Err(e) => {
             // The run stays resumable: its checkpoint and stored rollouts are untouched.
-            let _ = store.finish_run(run_id, "failed", None, Some(&e.to_string())).await;
+            let _ = store
+                .finish_run(run_id, "failed", None, Some(&e.to_string()))
+                .await;
             Err(e)
         }
     }
@@ -685,7 +693,9 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                     .await?;
                 let tokens = proposal.total_tokens();
                 match proposal.description {
-                    Some(d) => Observation::proposed(d, proposal.diagnosis, tokens, ctx.elapsed_ms()),
+                    Some(d) => {
+                        Observation::proposed(d, proposal.diagnosis, tokens, ctx.elapsed_ms())
+                    }
                     None => Observation::proposal_failed(
                         proposal
                             .attempts

@@ -135,7 +135,8 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     let best_facts = ctx.facts(&best_results)?;
     let objective = ctx.cfg.objective;
     let per = |facts, obj| tooltune_objectives::per_task_scores(obj, facts);
-    let pairs = |a: &std::collections::BTreeMap<String, f64>, b: &std::collections::BTreeMap<String, f64>| {
+    let pairs = |a: &std::collections::BTreeMap<String, f64>,
+                 b: &std::collections::BTreeMap<String, f64>| {
         a.iter()
             .filter_map(|(k, x)| b.get(k).map(|y| (*x, *y)))
             .collect::<Vec<_>>()
@@ -208,9 +209,9 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
             validation_mean: c.validation_mean,
             validation,
             found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
-            inflation: spec
-                .map(|s| inflation::measure(&s))
-                .unwrap_or_else(|| inflation::measure_text("", &ctx.cfg.target, &serde_json::Value::Null)),
+            inflation: spec.map(|s| inflation::measure(&s)).unwrap_or_else(|| {
+                inflation::measure_text("", &ctx.cfg.target, &serde_json::Value::Null)
+            }),
         });
     }
     let mut lineage = Vec::new();

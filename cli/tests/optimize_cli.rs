@@ -1,0 +1,175 @@
+//! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
+//! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli has a parent")
+        .to_path_buf()
+}
+
+/// The folder of the tooltune binary under test; the example servers are built beside it, where suites look.
+fn bin_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_tooltune"));
+    let dir = exe.parent().expect("bin dir").to_path_buf();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace())
+        .args(["build", "-q", "-p", "contractor", "-p", "week01-tools"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().expect("cargo").success(),
+        "building the servers"
+    );
+    dir
+}
+
+fn optimize(db: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tooltune"));
+    c.arg("--database-url")
+        .arg(db)
+        .arg("optimize")
+        .args(args)
+        .env("TOOLTUNE_BIN_DIR", bin_dir())
+        .env_remove("TOOLTUNE_DATABASE_URL");
+    c
+}
+
+fn json(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "tooltune failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+async fn query_i64(db: &str, sql: &str) -> i64 {
+    use sqlx::Connection;
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{db}"))
+        .await
+        .expect("open");
+    sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap_or(0)
+}
+
+async fn query_strings(db: &str, sql: &str) -> Vec<String> {
+    use sqlx::Connection;
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{db}"))
+        .await
+        .expect("open");
+    sqlx::query_scalar(sql)
+        .fetch_all(&mut c)
+        .await
+        .expect("query")
+}
+
+const ARGS: &[&str] = &[
+    "--suite",
+    "../datasets/suites/contractor-small.toml",
+    "--objective",
+    "success",
+    "--model",
+    "local:fast",
+    "--budget",
+    "10",
+    "--seed",
+    "7",
+    "--json",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let suite_args: Vec<String> = ARGS
+        .iter()
+        .map(|a| {
+            if a.starts_with("../") {
+                workspace().join(&a[3..]).display().to_string()
+            } else {
+                a.to_string()
+            }
+        })
+        .collect();
+    let args: Vec<&str> = suite_args.iter().map(String::as_str).collect();
+
+    // The reference: a run that is never interrupted.
+    let db_a = dir.path().join("a.sqlite").display().to_string();
+    let a = json(&optimize(&db_a, &args).output().expect("run a"));
+
+    // The same run, killed with SIGKILL once a few rollouts are stored, then resumed.
+    let db_b = dir.path().join("b.sqlite").display().to_string();
+    let mut child = optimize(&db_b, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run b");
+    let started = Instant::now();
+    loop {
+        let n = query_i64(&db_b, "SELECT COUNT(*) FROM run_rollouts").await;
+        if n >= 4 {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "run b ended before it could be killed"
+        );
+        assert!(started.elapsed() < Duration::from_secs(900), "no progress");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let before: Vec<String> = query_strings(
+        &db_b,
+        "SELECT candidate_key || '/' || task_id || '/' || result FROM run_rollouts ORDER BY 1",
+    )
+    .await;
+    let run_id = query_strings(&db_b, "SELECT id FROM runs").await.remove(0);
+    let b = json(
+        &optimize(&db_b, &["--resume", &run_id, "--json"])
+            .output()
+            .expect("resume"),
+    );
+
+    // Nothing finished before the kill was redone or lost: every stored result is still there, unchanged, and each
+    // (candidate, task, rollout) has exactly one trajectory.
+    let after: Vec<String> = query_strings(
+        &db_b,
+        "SELECT candidate_key || '/' || task_id || '/' || result FROM run_rollouts ORDER BY 1",
+    )
+    .await;
+    for row in &before {
+        assert!(after.contains(row), "lost or changed after resume: {row}");
+    }
+    let duplicates = query_i64(
+        &db_b,
+        "SELECT COUNT(*) FROM (SELECT candidate_id, external_id, rollout FROM trajectories \
+         GROUP BY candidate_id, external_id, rollout HAVING COUNT(*) > 1)",
+    )
+    .await;
+    assert_eq!(duplicates, 0, "a finished rollout was run again");
+
+    // The resumed run ends where the uninterrupted one did.
+    for key in ["winner", "winner_descriptions", "rollouts", "stop_reason"] {
+        assert_eq!(a[key], b[key], "{key} differs after resume");
+    }
+    assert_eq!(a["test"]["winner"], b["test"]["winner"]);
+    // Both objectives are reported, whichever was optimised.
+    for side in ["seed", "winner"] {
+        for metric in ["success", "selection", "off_target"] {
+            assert!(
+                b["test"][side][metric]["trials"].as_u64().unwrap_or(0) > 0,
+                "test.{side}.{metric} missing: {}",
+                b["test"]
+            );
+        }
+    }
+    assert!(b["test"]["success_p_value"].as_f64().is_some());
+    assert!(b["candidates"].as_array().is_some_and(|c| !c.is_empty()));
+}

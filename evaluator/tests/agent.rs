@@ -1,0 +1,247 @@
+//! The host agent loop end to end with the real local model and real MCP servers: the lecture's reference task over
+//! both transports, a third tool added on the server only, and a server killed in the middle of a suite.
+
+mod common;
+
+use common::{HttpServer, server_bin, suites_dir, week01_data};
+use std::path::Path;
+use std::sync::Arc;
+use tooltune_core::TrajectoryId;
+use tooltune_evaluator::evaluate::{Candidate, EvalOptions, evaluate};
+use tooltune_evaluator::{McpServer, ServerSpec, Suite};
+use tooltune_llm::{BackendSpec, ChatModel, build};
+use tooltune_store::Store;
+
+async fn model(spec: &str) -> Arc<dyn ChatModel> {
+    build(&BackendSpec::parse(spec, None).expect("spec"))
+        .await
+        .expect("the local model loads (fetched on first use)")
+}
+
+fn week01_suite() -> Suite {
+    // Built before the suite loads: it names the server binary.
+    let _ = common::bin_dir();
+    Suite::load(suites_dir().join("week01-tools.toml")).expect("suite")
+}
+
+async fn store(dir: &Path) -> Store {
+    Store::open(&dir.join("t.sqlite").display().to_string())
+        .await
+        .expect("store")
+}
+
+fn only(ids: &[&str]) -> EvalOptions {
+    EvalOptions {
+        task_ids: ids.iter().map(|s| s.to_string()).collect(),
+        target: Some("read_file".into()),
+        run_id: Some("test-run".into()),
+        candidate_id: Some("seed".into()),
+        ..EvalOptions::default()
+    }
+}
+
+/// The lecture's reference task over stdio and over Streamable HTTP with the behaviour model (1.5B): the real
+/// server's results reach the model, which reads notes.txt and then calls the calculator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_task_over_stdio_and_http() {
+    let suite = week01_suite();
+    let agent = model("local").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(dir.path()).await;
+
+    let stdio = McpServer::connect(suite.server.clone())
+        .await
+        .expect("stdio server");
+    let mut http_proc = HttpServer::start(
+        &server_bin("week01-tools"),
+        &[
+            "--data",
+            week01_data().to_str().expect("path"),
+            "--with-list-files",
+        ],
+    );
+    let http = McpServer::connect(ServerSpec::http("week01-http", http_proc.url.clone()))
+        .await
+        .expect("http server");
+
+    for (name, server) in [("stdio", &stdio), ("http", &http)] {
+        let r = evaluate(
+            &suite,
+            server,
+            agent.as_ref(),
+            Some(&store),
+            &Candidate::default(),
+            &only(&["notes-sum"]),
+            |_, _| {},
+        )
+        .await
+        .expect("evaluate");
+        let t = &r.tasks[0];
+        assert_eq!(t.infra_failure, None, "{name}");
+        // The lecture's run: read_file first, on notes.txt, then the calculator on what it read. Whether the 1.5B
+        // then adds up all four numbers (69504) is the model's behaviour, reported by the check, not asserted:
+        // in our runs it summed two of them and repeated the call (see the issue note).
+        assert_eq!(
+            t.called.first().map(String::as_str),
+            Some("read_file"),
+            "{name}: {t:?}"
+        );
+        assert!(t.called.iter().any(|c| c == "calculator"), "{name}: {t:?}");
+        assert!(t.final_answer.is_some(), "{name}: no final answer");
+        assert_eq!(
+            t.success,
+            t.final_answer.as_deref().unwrap_or("").contains("69504"),
+            "{name}: the check disagrees with the answer: {}",
+            t.feedback
+        );
+        // The exact first-call probability favours read_file for this task.
+        let p = t
+            .first_call_probabilities
+            .as_ref()
+            .expect("the local backend scores exactly");
+        assert!(p["read_file"] > 0.5, "{name}: {p:?}");
+        // The rollout is stored as a trajectory linked to its run and candidate, with the real tool results.
+        let id = TrajectoryId::from_stored(t.trajectory_id.clone().expect("stored"));
+        let stored = store.trajectory(&id).await.expect("load").expect("present");
+        assert_eq!(stored.links.run_id.as_deref(), Some("test-run"));
+        assert_eq!(stored.links.candidate_id.as_deref(), Some("seed"));
+        assert!(
+            stored.steps.iter().any(|s| matches!(s,
+                tooltune_core::Step::ToolResult { name, content, .. }
+                    if name == "read_file" && content.contains("Pizza budget: 48000"))),
+            "{name}: {:?}",
+            stored.steps
+        );
+    }
+    http.shutdown().await;
+    http_proc.kill();
+    stdio.shutdown().await;
+}
+
+/// A third tool added on the server only (its `--with-list-files` switch) is listed and used by the host, whose
+/// code names no tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_added_on_the_server_only_is_used() {
+    let suite = week01_suite();
+    let agent = model("local").await;
+    let bin = server_bin("week01-tools");
+    let data = week01_data().display().to_string();
+    let without = McpServer::connect(ServerSpec::stdio("w", &bin, &["--data", &data]))
+        .await
+        .expect("server without the third tool");
+    assert!(
+        !without
+            .list_tools()
+            .await
+            .expect("list")
+            .iter()
+            .any(|t| t.name == "list_files")
+    );
+    let with = McpServer::connect(ServerSpec::stdio(
+        "w3",
+        &bin,
+        &["--data", &data, "--with-list-files"],
+    ))
+    .await
+    .expect("server with the third tool");
+    let r = evaluate(
+        &suite,
+        &with,
+        agent.as_ref(),
+        None,
+        &Candidate::default(),
+        &EvalOptions {
+            target: Some("list_files".into()),
+            ..only(&["list-folders"])
+        },
+        |_, _| {},
+    )
+    .await
+    .expect("evaluate");
+    assert_eq!(
+        r.tasks[0].called.first().map(String::as_str),
+        Some("list_files"),
+        "{:?}",
+        r.tasks[0]
+    );
+    without.shutdown().await;
+    with.shutdown().await;
+}
+
+/// A server killed with SIGKILL while a suite runs: the suite finishes, the rollout that hit the dead server is
+/// marked as an infrastructure failure (not the candidate's), the server is restarted, and what was stored before
+/// stays stored. Mechanics only, so the fast model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_suite_is_marked_and_restarted() {
+    let suite = week01_suite();
+    let agent = model("local:fast").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(dir.path()).await;
+    let server = McpServer::connect(suite.server.clone())
+        .await
+        .expect("server");
+    let pid = server.pid().await.expect("child pid");
+    let ids = ["calc-mul-add", "calc-div", "calc-mixed", "calc-fraction"];
+    let killed = std::sync::atomic::AtomicBool::new(false);
+    let opts = EvalOptions {
+        batch: 1,
+        target: Some("calculator".into()),
+        ..only(&ids)
+    };
+    let r = evaluate(
+        &suite,
+        &server,
+        agent.as_ref(),
+        Some(&store),
+        &Candidate::default(),
+        &opts,
+        |done, _| {
+            // After the first task is stored, kill the server before the second one runs.
+            if done == 1 && !killed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let status = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .expect("kill runs");
+                assert!(status.success());
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        },
+    )
+    .await
+    .expect("the suite finishes");
+    assert_eq!(r.tasks.len(), 4);
+    assert_eq!(r.tasks[0].infra_failure, None, "{:?}", r.tasks[0]);
+    // The first task after the kill that calls a tool meets the dead server; the ones after it run on the
+    // restarted one.
+    let failed_at: Vec<usize> = (0..4)
+        .filter(|&i| r.tasks[i].infra_failure.is_some())
+        .collect();
+    assert_eq!(failed_at.len(), 1, "{:?}", r.tasks);
+    assert!(failed_at[0] < 3, "{:?}", r.tasks);
+    let failed = vec![&r.tasks[failed_at[0]]];
+    assert_eq!(r.infra_failures, 1);
+    assert_eq!(
+        r.tasks[failed_at[0] + 1].infra_failure,
+        None,
+        "{:?}",
+        r.tasks
+    );
+    assert_ne!(server.pid().await, Some(pid));
+    // Every rollout is stored, the failed one with no verdict (it says nothing about the candidate).
+    assert_eq!(store.count_trajectories().await.expect("count"), 4);
+    let failed_id = TrajectoryId::from_stored(failed[0].trajectory_id.clone().expect("id"));
+    let t = store
+        .trajectory(&failed_id)
+        .await
+        .expect("load")
+        .expect("present");
+    assert_eq!(t.outcome.success, None);
+    assert!(
+        t.outcome
+            .feedback
+            .as_deref()
+            .unwrap_or("")
+            .contains("infrastructure")
+    );
+    server.shutdown().await;
+}
