@@ -89,12 +89,9 @@ async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let suite_args: Vec<String> = ARGS
         .iter()
-        .map(|a| {
-            if a.starts_with("../") {
-                workspace().join(&a[3..]).display().to_string()
-            } else {
-                a.to_string()
-            }
+        .map(|a| match a.strip_prefix("../") {
+            Some(rest) => workspace().join(rest).display().to_string(),
+            None => a.to_string(),
         })
         .collect();
     let args: Vec<&str> = suite_args.iter().map(String::as_str).collect();

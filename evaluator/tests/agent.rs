@@ -218,7 +218,7 @@ async fn a_server_killed_mid_suite_is_marked_and_restarted() {
         .collect();
     assert_eq!(failed_at.len(), 1, "{:?}", r.tasks);
     assert!(failed_at[0] < 3, "{:?}", r.tasks);
-    let failed = vec![&r.tasks[failed_at[0]]];
+    let failed = [&r.tasks[failed_at[0]]];
     assert_eq!(r.infra_failures, 1);
     assert_eq!(
         r.tasks[failed_at[0] + 1].infra_failure,

@@ -140,6 +140,7 @@ fn round_robin(
 
 /// How much of each run's text is kept. Characters, not tokens: about four characters per token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Task text.
     pub task_chars: usize,

@@ -49,7 +49,7 @@ impl Goal {
 
 /// Knobs of one reflection. The defaults keep the prompt near 400-600 tokens for a 1.5B model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ReflectionOptions {
     /// Most runs shown.
     pub max_examples: usize,

@@ -12,12 +12,11 @@ use tooltune_reflection::{
 
 const SEED: &str = "Search the company's internal documentation.";
 
+/// One run: the agent made one call, `(tool, query, result)`, then answered.
 fn example(
     task: &str,
     owner: &str,
-    called: &str,
-    query: &str,
-    result: &str,
+    call: (&str, &str, &str),
     answer: &str,
     success: bool,
     feedback: &str,
@@ -31,8 +30,8 @@ fn example(
              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
         ],
         "steps": [
-            {"type": "model", "tool_calls": [{"id": "call_1", "name": called, "arguments": {"query": query}}]},
-            {"type": "tool_result", "call_id": "call_1", "name": called, "content": result},
+            {"type": "model", "tool_calls": [{"id": "call_1", "name": call.0, "arguments": {"query": call.1}}]},
+            {"type": "tool_result", "call_id": "call_1", "name": call.0, "content": call.2},
             {"type": "model", "content": answer}
         ],
         "final_answer": answer,
@@ -53,9 +52,11 @@ fn examples() -> Vec<ReflectiveExample> {
         example(
             "How many times does our internal billing SDK retry a failed request?",
             "search_docs",
-            "web_search",
-            "billing SDK retry failed request",
-            "## Technology news and public documentation\nPayFlow, the open-source billing SDK, retries failed requests 3 times by default; its maintainers recommend keeping retries low for card payments.",
+            (
+                "web_search",
+                "billing SDK retry failed request",
+                "## Technology news and public documentation\nPayFlow, the open-source billing SDK, retries failed requests 3 times by default; its maintainers recommend keeping retries low for card payments.",
+            ),
             "The billing SDK retries a failed request 3 times.",
             false,
             "the answer should contain `7`",
@@ -63,9 +64,11 @@ fn examples() -> Vec<ReflectiveExample> {
         example(
             "What is the rate limit of our sync_orders endpoint?",
             "search_docs",
-            "web_search",
-            "sync_orders endpoint rate limit",
-            "## Technology news and public documentation\nShopline's public storefront API documents its sync_orders endpoint with a rate limit of 60 requests per minute and batches of up to 100 orders.",
+            (
+                "web_search",
+                "sync_orders endpoint rate limit",
+                "## Technology news and public documentation\nShopline's public storefront API documents its sync_orders endpoint with a rate limit of 60 requests per minute and batches of up to 100 orders.",
+            ),
             "The sync_orders endpoint allows 60 requests per minute.",
             false,
             "the answer should contain `120`",
@@ -73,9 +76,11 @@ fn examples() -> Vec<ReflectiveExample> {
         example(
             "What is the weather forecast for Porto on Saturday?",
             "web_search",
-            "search_docs",
-            "Porto weather Saturday",
-            "No results for \"Porto weather Saturday\".",
+            (
+                "search_docs",
+                "Porto weather Saturday",
+                "No results for \"Porto weather Saturday\".",
+            ),
             "I could not find a forecast for Porto.",
             false,
             "the answer should contain `24`",
@@ -83,9 +88,11 @@ fn examples() -> Vec<ReflectiveExample> {
         example(
             "Who won the Coastal Cup 2026 final?",
             "web_search",
-            "web_search",
-            "Coastal Cup 2026 final winner",
-            "## Sports results\nCoastal Cup 2026 final: Riverton Rovers beat Lakeside United 3-1 in front of 41,200 spectators.",
+            (
+                "web_search",
+                "Coastal Cup 2026 final winner",
+                "## Sports results\nCoastal Cup 2026 final: Riverton Rovers beat Lakeside United 3-1 in front of 41,200 spectators.",
+            ),
             "Riverton Rovers won the Coastal Cup 2026 final.",
             true,
             "the answer contains `Riverton Rovers`",

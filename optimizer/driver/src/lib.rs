@@ -125,8 +125,8 @@ pub enum Event {
         phase: String,
         /// Mean objective score over the tasks.
         mean: f64,
-        /// Both metrics over the tasks of this evaluation.
-        metrics: Metrics,
+        /// Both metrics over the tasks of this evaluation (boxed: it is much larger than the other events).
+        metrics: Box<Metrics>,
         /// Rollouts spent so far (as the search counts them).
         rollouts_spent: u64,
     },
@@ -358,7 +358,7 @@ impl Ctx<'_> {
             candidate,
             phase: phase.to_string(),
             mean,
-            metrics: Metrics::from_rollouts(&facts),
+            metrics: Box::new(Metrics::from_rollouts(&facts)),
             rollouts_spent: rollouts_spent + rollouts,
         })
         .await?;

@@ -170,7 +170,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
         candidate: best.id.0,
         phase: "test".into(),
         mean: test.winner.headline(objective).unwrap_or(0.0),
-        metrics: test.winner.clone(),
+        metrics: Box::new(test.winner.clone()),
         rollouts_spent: spent,
     })
     .await?;
