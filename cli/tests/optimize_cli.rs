@@ -51,11 +51,12 @@ fn json(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
 
+/// A count from the database, 0 while the file or its tables do not exist yet (the run creates them).
 async fn query_i64(db: &str, sql: &str) -> i64 {
     use sqlx::Connection;
-    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{db}"))
-        .await
-        .expect("open");
+    let Ok(mut c) = sqlx::SqliteConnection::connect(&format!("sqlite://{db}?mode=ro")).await else {
+        return 0;
+    };
     sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap_or(0)
 }
 

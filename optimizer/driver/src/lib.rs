@@ -365,6 +365,26 @@ impl Ctx<'_> {
         Ok((scores, rollouts))
     }
 
+    /// Evaluates and turns the result into the search's observation.
+    async fn observe_evaluation(
+        &self,
+        candidate: tooltune_optimizer::CandidateId,
+        phase: &str,
+        descriptions: &Descriptions,
+        tasks: &[String],
+        rollouts_spent: u64,
+    ) -> Result<Observation, DriverError> {
+        let (scores, n) = self
+            .evaluate_action(candidate.0, phase, descriptions, tasks, rollouts_spent)
+            .await?;
+        Ok(Observation::evaluated(
+            candidate,
+            scores,
+            n,
+            self.elapsed_ms(),
+        ))
+    }
+
     async fn reflect_action(
         &self,
         parent_descriptions: &Descriptions,
@@ -652,20 +672,16 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 descriptions,
                 tasks,
             } => {
-                let (scores, n) = ctx
-                    .evaluate_action(candidate.0, "validation", &descriptions, &tasks, spent)
-                    .await?;
-                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+                ctx.observe_evaluation(candidate, "validation", &descriptions, &tasks, spent)
+                    .await?
             }
             Action::EvaluateMinibatch {
                 candidate,
                 descriptions,
                 tasks,
             } => {
-                let (scores, n) = ctx
-                    .evaluate_action(candidate.0, "minibatch", &descriptions, &tasks, spent)
-                    .await?;
-                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+                ctx.observe_evaluation(candidate, "minibatch", &descriptions, &tasks, spent)
+                    .await?
             }
             Action::Merge {
                 candidate,
@@ -673,10 +689,8 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 tasks,
                 ..
             } => {
-                let (scores, n) = ctx
-                    .evaluate_action(candidate.0, "merge", &descriptions, &tasks, spent)
-                    .await?;
-                Observation::evaluated(candidate, scores, n, ctx.elapsed_ms())
+                ctx.observe_evaluation(candidate, "merge", &descriptions, &tasks, spent)
+                    .await?
             }
             Action::Reflect {
                 parent,
