@@ -70,6 +70,7 @@ fn every_bundled_suite_loads_with_sane_splits() {
     assert_eq!(
         names,
         vec![
+            "contractor-small.toml",
             "contractor.toml",
             "mcp-server-time.toml",
             "server-filesystem.toml",
