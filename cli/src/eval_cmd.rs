@@ -24,9 +24,9 @@ pub struct EvalArgs {
     /// A JSON file of descriptions keyed by tool name (what `optimize --export` writes).
     #[arg(long = "overrides", value_name = "FILE")]
     overrides_file: Option<PathBuf>,
-    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
-    #[arg(long, default_value = "local", env = "TOOLTUNE_AGENT")]
-    model: String,
+    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL [default: the config file's, else local]
+    #[arg(long, env = "TOOLTUNE_AGENT")]
+    model: Option<String>,
     /// Environment variable holding the API key of an OpenAI-compatible endpoint.
     #[arg(long)]
     api_key_env: Option<String>,
@@ -53,7 +53,7 @@ pub struct EvalArgs {
     json: bool,
 }
 
-pub async fn run(db: &str, args: EvalArgs) -> Result<ExitCode> {
+pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> Result<ExitCode> {
     let suite = Suite::load(&args.suite)?;
     let split = match args.split.as_str() {
         "all" => None,
@@ -64,8 +64,9 @@ pub async fn run(db: &str, args: EvalArgs) -> Result<ExitCode> {
         ),
     };
     let candidate = load_candidate(&args)?;
-    let spec = tooltune_llm::BackendSpec::parse(&args.model, args.api_key_env.as_deref())
-        .with_context(|| format!("--model {}", args.model))?;
+    let (agent, _) = crate::llm_config::resolve(config, args.model.as_deref(), None)?;
+    let spec = crate::llm_config::spec(&agent, args.api_key_env.as_deref())
+        .with_context(|| format!("--model {agent}"))?;
     let model = tooltune_llm::build(&spec).await?;
     let store = if args.no_store {
         None

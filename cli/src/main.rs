@@ -1,10 +1,14 @@
 //! The `tooltune` command line: thin glue over the library crates, parsing arguments and printing results.
 
+mod demo_cmd;
 mod eval_cmd;
 mod ingest_cmd;
+mod llm_config;
 mod model_cmd;
 mod optimize_cmd;
 mod paths;
+mod report_cmd;
+mod serve_cmd;
 mod stats_cmd;
 
 use anyhow::Result;
@@ -23,6 +27,11 @@ struct Cli {
         hide_env_values = true
     )]
     database_url: Option<String>,
+
+    /// A config file whose `[llm]` table names the agent's and the reflector's models [default: config.toml in the
+    /// data dir, when it exists]
+    #[arg(long, global = true, env = "TOOLTUNE_CONFIG")]
+    config: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -43,6 +52,13 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
     Optimize(optimize_cmd::OptimizeArgs),
+    /// The overconfident contractor: optimise one description for task success and for selection rate, side by
+    /// side, and write a report comparing them.
+    Demo(demo_cmd::DemoArgs),
+    /// Write an HTML report (and its figures as JSON) of one or several optimisation runs, side by side.
+    Report(report_cmd::ReportArgs),
+    /// Serve the JSON API and the dashboard (tools, runs with live progress, trajectories) over the store.
+    Serve(serve_cmd::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,7 +71,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOOLTUNE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // llama.cpp warns about the GGUF's tokenizer on every load; it is harmless and known
+                // (see llm/README.md), so it is not shown unless asked for.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,llama-cpp-2=error")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -84,7 +102,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             command: TracesCommand::Stats(args),
         } => stats_cmd::run(&db, args).await,
         Command::Model(args) => model_cmd::run(args).await,
-        Command::Eval(args) => eval_cmd::run(&db, args).await,
-        Command::Optimize(args) => optimize_cmd::run(&db, args).await,
+        Command::Eval(args) => eval_cmd::run(&db, cli.config.as_deref(), args).await,
+        Command::Optimize(args) => optimize_cmd::run(&db, cli.config.as_deref(), args).await,
+        Command::Demo(args) => demo_cmd::run(&db, cli.config.as_deref(), args).await,
+        Command::Report(args) => report_cmd::run(&db, args).await,
+        Command::Serve(args) => serve_cmd::run(&db, args).await,
     }
 }

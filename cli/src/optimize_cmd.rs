@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tooltune_store::Store;
 #[derive(Debug, Args)]
 pub struct OptimizeArgs {
     /// The task suite (TOML; see docs/suite-format.md).
-    #[arg(long, required_unless_present = "resume")]
+    #[arg(long, required_unless_present_any = ["resume", "from_traces"])]
     suite: Option<PathBuf>,
     /// The tool whose description is optimised (repeat for several; the first is the one whose selection is
     /// measured). Default: the suite's first tool under study.
@@ -47,9 +48,9 @@ pub struct OptimizeArgs {
     /// Stop when the best validation score reaches this.
     #[arg(long)]
     score_threshold: Option<f64>,
-    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL.
-    #[arg(long, default_value = "local", env = "TOOLTUNE_AGENT")]
-    model: String,
+    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL [default: the config file's, else local]
+    #[arg(long, env = "TOOLTUNE_AGENT")]
+    model: Option<String>,
     /// The reflector's model (default: the agent's).
     #[arg(long, env = "TOOLTUNE_REFLECTOR")]
     reflector: Option<String>,
@@ -59,6 +60,18 @@ pub struct OptimizeArgs {
     /// A file whose appearance stops the run after its current step.
     #[arg(long)]
     stop_file: Option<PathBuf>,
+    /// Batch mode: propose a new description of `--tool` from the failing trajectories in the store (logged runs),
+    /// validated on the test split of `--suite` when one is given. Exit codes: 0 a proposal (improved, or
+    /// unvalidated without a suite), 2 no failing trajectories, 3 the reflector gave no usable proposal, 4 the
+    /// proposal was not better on the suite.
+    #[arg(long, requires = "tools", conflicts_with = "resume")]
+    from_traces: bool,
+    /// With --from-traces: only trajectories ingested at or after this (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, requires = "from_traces")]
+    since: Option<String>,
+    /// With --from-traces: the most failing trajectories shown to the reflector (newest first).
+    #[arg(long, default_value_t = 4)]
+    max_examples: usize,
     /// Resume this run from its last checkpoint.
     #[arg(long)]
     resume: Option<String>,
@@ -72,13 +85,13 @@ pub struct OptimizeArgs {
 
 /// Builds the agent and reflector models from their specs; the same spec shares one model instance.
 pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>) -> Result<Models> {
-    let spec = tooltune_llm::BackendSpec::parse(agent, key_env)
-        .with_context(|| format!("--model {agent}"))?;
+    let spec =
+        crate::llm_config::spec(agent, key_env).with_context(|| format!("--model {agent}"))?;
     let agent_model = tooltune_llm::build(&spec).await?;
     let reflector_model = match reflector {
         Some(r) if r != agent => {
-            let spec = tooltune_llm::BackendSpec::parse(r, key_env)
-                .with_context(|| format!("--reflector {r}"))?;
+            let spec =
+                crate::llm_config::spec(r, key_env).with_context(|| format!("--reflector {r}"))?;
             tooltune_llm::build(&spec).await?
         }
         _ => Arc::clone(&agent_model),
@@ -102,14 +115,35 @@ pub fn progress_printer(
         .unwrap_or(ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    bar.set_prefix(label);
+    bar.set_prefix(label.clone());
     let b = bar.clone();
+    // Without a terminal (CI logs, a pipe) the bar draws nothing and its `println` is dropped too: progress
+    // then goes to stderr as plain lines, so a long run is never silent.
+    let tty = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let say = move |b: &ProgressBar, line: String| {
+        if tty {
+            b.println(line);
+        } else {
+            eprintln!(
+                "[{:>5.0}s {label}] {}",
+                started.elapsed().as_secs_f64(),
+                line.trim_start()
+            );
+        }
+    };
     let f = move |e: &Event| match e {
         Event::Evaluating {
             candidate,
             phase,
             tasks,
-        } => b.set_message(format!("evaluating c{candidate} on {tasks} {phase} tasks")),
+        } => {
+            let m = format!("evaluating c{candidate} on {tasks} {phase} tasks");
+            if !tty {
+                say(&b, m.clone());
+            }
+            b.set_message(m)
+        }
         Event::Evaluated {
             candidate,
             phase,
@@ -118,10 +152,14 @@ pub fn progress_printer(
             ..
         } => {
             b.set_position((*rollouts_spent).min(b.length().unwrap_or(u64::MAX)));
-            b.println(format!("  c{candidate} {phase}: mean {mean:.3}"));
+            say(&b, format!("  c{candidate} {phase}: mean {mean:.3}"));
         }
         Event::Reflecting { parent, tool } => {
-            b.set_message(format!("reflecting on c{parent}'s `{tool}`"))
+            let m = format!("reflecting on c{parent}'s `{tool}`");
+            if !tty {
+                say(&b, m.clone());
+            }
+            b.set_message(m)
         }
         Event::Proposed {
             tool,
@@ -129,21 +167,32 @@ pub fn progress_printer(
             error,
             ..
         } => match description {
-            Some(d) => b.println(format!("  proposed for `{tool}`: {}", one_line(d, 110))),
-            None => b.println(format!(
-                "  proposal for `{tool}` failed: {}",
-                error.as_deref().unwrap_or("?")
-            )),
+            Some(d) => say(&b, format!("  proposed for `{tool}`: {}", one_line(d, 110))),
+            None => say(
+                &b,
+                format!(
+                    "  proposal for `{tool}` failed: {}",
+                    error.as_deref().unwrap_or("?")
+                ),
+            ),
         },
         Event::Stopped { reason } => {
-            b.set_message(format!("stopped ({reason}); final test evaluation"))
+            let m = format!("stopped ({reason}); final test evaluation");
+            if !tty {
+                say(&b, m.clone());
+            }
+            b.set_message(m)
         }
         _ => {}
     };
     (bar, f)
 }
 
-pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
+pub async fn run(
+    db: &str,
+    config: Option<&std::path::Path>,
+    args: OptimizeArgs,
+) -> Result<ExitCode> {
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
     let stop2 = stop.clone();
@@ -153,6 +202,9 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
             stop2.stop();
         }
     });
+    if args.from_traces {
+        return from_traces(&store, config, &args).await;
+    }
     let summary = if let Some(run_id) = &args.resume {
         let row = store
             .run(run_id)
@@ -194,6 +246,8 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
             .objective
             .parse()
             .map_err(|e| anyhow::anyhow!("--objective {}: {e}", args.objective))?;
+        let (agent, reflector) =
+            crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
         let cfg = RunConfig {
             suite: suite_path,
             tools,
@@ -210,8 +264,8 @@ pub async fn run(db: &str, args: OptimizeArgs) -> Result<ExitCode> {
             score_threshold: args.score_threshold,
             rollouts_per_task: 1,
             batch: 8,
-            agent: args.model.clone(),
-            reflector: args.reflector.clone().unwrap_or_else(|| args.model.clone()),
+            agent,
+            reflector,
             stop_file: args.stop_file.clone(),
         };
         let models = models(
@@ -312,4 +366,94 @@ pub fn print_summary(s: &RunSummary) {
         rate(&t.seed.off_target),
         rate(&t.winner.off_target)
     );
+}
+
+async fn from_traces(
+    store: &Store,
+    config: Option<&std::path::Path>,
+    args: &OptimizeArgs,
+) -> Result<ExitCode> {
+    let Some(tool) = args.tools.first().cloned() else {
+        bail!("--from-traces needs --tool TOOL");
+    };
+    let objective: Objective = args
+        .objective
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--objective {}: {e}", args.objective))?;
+    let suite = match &args.suite {
+        Some(s) => {
+            Some(std::fs::canonicalize(s).with_context(|| format!("--suite {}", s.display()))?)
+        }
+        None => None,
+    };
+    let (agent, reflector) =
+        crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
+    let models = models(&agent, Some(&reflector), args.api_key_env.as_deref()).await?;
+    let cfg = tooltune_driver::FromTracesConfig {
+        tool,
+        since: args.since.clone(),
+        max_examples: args.max_examples.max(1),
+        objective,
+        suite,
+        seed: args.seed,
+        agent,
+        reflector,
+    };
+    if !args.json {
+        eprintln!(
+            "reflecting on the failing trajectories of `{}` in the store{}...",
+            cfg.tool,
+            cfg.since
+                .as_ref()
+                .map(|s| format!(" since {s}"))
+                .unwrap_or_default()
+        );
+    }
+    let s = tooltune_driver::from_traces(store, cfg, models).await?;
+    if let (Some(path), Some(text)) = (&args.export, &s.proposal) {
+        let mut out = std::collections::BTreeMap::new();
+        out.insert(s.tool.clone(), text.clone());
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing --export {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!(
+            "run {}: `{}`, {} judged trajectories, {} failing shown to the reflector ({} reflection tokens)",
+            s.run_id, s.tool, s.judged, s.failing, s.reflection_tokens
+        );
+        println!("seed: {}", one_line(&s.seed_description, 110));
+        if let Some(d) = &s.diagnosis {
+            println!("diagnosis: {}", one_line(d, 110));
+        }
+        if let Some(p) = &s.proposal {
+            println!("proposal: {}", one_line(p, 110));
+        }
+        if let Some(v) = &s.validation {
+            println!(
+                "on the test split of {} ({} tasks):        seed      proposal",
+                v.suite, v.tasks
+            );
+            println!(
+                "  task success      {:<22} {:<22} p = {:.3}",
+                rate(&v.seed.success),
+                rate(&v.proposal.success),
+                v.success_p_value
+            );
+            println!(
+                "  selection rate    {:<22} {:<22} p = {:.3}",
+                rate(&v.seed.selection),
+                rate(&v.proposal.selection),
+                v.selection_p_value
+            );
+        }
+        println!("verdict: {}", s.verdict);
+    }
+    Ok(match s.verdict.as_str() {
+        "improved" | "unvalidated" => ExitCode::SUCCESS,
+        "no_failures" => ExitCode::from(2),
+        "proposal_failed" => ExitCode::from(3),
+        _ => ExitCode::from(4),
+    })
 }

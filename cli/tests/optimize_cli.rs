@@ -1,5 +1,6 @@
 //! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
 //! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
+//! Then `tooltune report` on both stored runs, its figures checked against the store.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -170,4 +171,140 @@ async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
     }
     assert!(b["test"]["success_p_value"].as_f64().is_some());
     assert!(b["candidates"].as_array().is_some_and(|c| !c.is_empty()));
+
+    // The report of each stored run shows what the store holds.
+    let run_a = query_strings(&db_a, "SELECT id FROM runs").await.remove(0);
+    check_report(&db_a, &run_a, &dir.path().join("report-a")).await;
+    check_report(&db_b, &run_id, &dir.path().join("report-b")).await;
+    // TOOLTUNE_KEEP_TEST_DB=DIR keeps both stores and reports, to look at them after the test.
+    if let Some(keep) = std::env::var_os("TOOLTUNE_KEEP_TEST_DB") {
+        let keep = PathBuf::from(keep);
+        std::fs::create_dir_all(&keep).expect("keep dir");
+        for entry in std::fs::read_dir(dir.path()).expect("tempdir") {
+            let path = entry.expect("entry").path();
+            let to = keep.join(path.file_name().expect("name"));
+            if path.is_dir() {
+                std::fs::create_dir_all(&to).expect("dir");
+                for f in std::fs::read_dir(&path).expect("report dir") {
+                    let f = f.expect("entry").path();
+                    std::fs::copy(&f, to.join(f.file_name().expect("name"))).expect("copy");
+                }
+            } else {
+                std::fs::copy(&path, &to).expect("copy");
+            }
+        }
+    }
+}
+
+/// Runs `tooltune report RUN --out DIR --json` and checks its figures against the store: rollouts, winner, the
+/// test split's rates and p-values, one chart point per validation evaluation, and the page itself.
+async fn check_report(db: &str, run_id: &str, out: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tooltune"))
+        .arg("--database-url")
+        .arg(db)
+        .args(["report", run_id, "--json", "--out"])
+        .arg(out)
+        .env_remove("TOOLTUNE_DATABASE_URL")
+        .output()
+        .expect("report");
+    let report = json(&o);
+    let r = &report["runs"][0];
+    let store = tooltune_store::Store::open(db).await.expect("store");
+    let row = store.run(run_id).await.expect("run").expect("stored run");
+    let summary: Value =
+        serde_json::from_str(row.result.as_deref().expect("finished run")).expect("summary");
+    assert_eq!(r["run_id"], run_id);
+    assert_eq!(r["finished"], true);
+    assert_eq!(r["rollouts"], summary["rollouts"]);
+    assert_eq!(r["winner"], summary["winner"]);
+    for side in ["seed", "winner"] {
+        for metric in ["success", "selection", "off_target"] {
+            assert_eq!(
+                r["test"][side][metric], summary["test"][side][metric],
+                "test.{side}.{metric}"
+            );
+        }
+    }
+    for p in ["success_p_value", "selection_p_value", "objective_p_value"] {
+        assert_eq!(r["test"][p], summary["test"][p], "{p}");
+    }
+    // One chart point per validation evaluation, in order; a resumed run repeats the evaluation that was in
+    // flight (same candidate, same rollout count), and the report shows that one once.
+    let mut validation: Vec<(u64, u64)> = Vec::new();
+    let mut raw = 0;
+    for (_, e) in store.events(run_id, -1).await.expect("events") {
+        let e: Value = serde_json::from_str(&e).expect("event");
+        if e["event"] == "evaluated" && e["phase"] == "validation" {
+            raw += 1;
+            let key = (
+                e["candidate"].as_u64().expect("candidate"),
+                e["rollouts_spent"].as_u64().expect("rollouts"),
+            );
+            if validation.last() != Some(&key) {
+                validation.push(key);
+            }
+        }
+    }
+    let series = r["series"].as_array().expect("series");
+    let points: Vec<(u64, u64)> = series
+        .iter()
+        .map(|p| {
+            (
+                p["candidate"].as_u64().expect("candidate"),
+                p["rollouts_spent"].as_u64().expect("rollouts"),
+            )
+        })
+        .collect();
+    assert_eq!(points, validation);
+    assert!(!series.is_empty() && series.len() <= raw);
+    let resumed = store
+        .events(run_id, -1)
+        .await
+        .expect("events")
+        .iter()
+        .any(|(_, e)| e.contains("\"resumed\":true"));
+    if !resumed {
+        assert_eq!(
+            series.len(),
+            raw,
+            "an uninterrupted run has no repeated evaluation"
+        );
+    }
+    for p in series {
+        assert!(
+            p["success"]["trials"].as_u64().is_some_and(|n| n > 0),
+            "{p}"
+        );
+        assert!(
+            p["selection"]["trials"].as_u64().is_some_and(|n| n > 0),
+            "{p}"
+        );
+    }
+
+    // The files: the JSON printed is the JSON written, and the page shows every lineage description escaped.
+    let written: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("JSON");
+    assert_eq!(written, report);
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.contains("<svg") && html.contains("</svg>"));
+    assert!(!html.contains("<script"));
+    let mut plain = String::new();
+    let mut rest = html.as_str();
+    while let Some(i) = rest.find("<mark") {
+        plain.push_str(&rest[..i]);
+        let after = &rest[i..];
+        rest = &after[after.find('>').map_or(after.len(), |j| j + 1)..];
+    }
+    plain.push_str(rest);
+    let plain = plain.replace("</mark>", "");
+    for step in summary["lineage"].as_array().expect("lineage") {
+        let d = step["description"].as_str().expect("description");
+        assert!(
+            plain.contains(&tooltune_report::escape_html(d)),
+            "description of c{} missing from the page: {d}",
+            step["candidate"]
+        );
+    }
 }

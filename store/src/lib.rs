@@ -281,6 +281,47 @@ impl Store {
             .collect())
     }
 
+    /// Trajectories that showed `tool` and were judged, newest first: `(failing ids, how many were judged)`.
+    /// Only ingests at or after `since` (RFC 3339, or a date `YYYY-MM-DD`) count when it is given; the evaluator's
+    /// own rollouts (`source = 'evaluator'`) never do, since they are not logs of real use.
+    pub async fn failing_for_tool(
+        &self,
+        tool: &str,
+        since: Option<&str>,
+        limit: u64,
+    ) -> Result<(Vec<TrajectoryId>, u64), StoreError> {
+        let since = since.unwrap_or("");
+        let failing = sqlx::query(
+            "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+             WHERE tt.tool = $1 AND t.success = 0 AND t.ingested_at >= $2 AND t.source <> 'evaluator' \
+             ORDER BY t.ingested_at DESC, t.id LIMIT $3",
+        )
+        .bind(tool.to_string())
+        .bind(since.to_string())
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q("listing failing trajectories"))?;
+        let judged = sqlx::query(
+            "SELECT COUNT(*) FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+             WHERE tt.tool = $1 AND t.success IS NOT NULL AND t.ingested_at >= $2 \
+             AND t.source <> 'evaluator'",
+        )
+        .bind(tool.to_string())
+        .bind(since.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(q("counting judged trajectories"))?;
+        let judged: i64 = judged.get(0);
+        Ok((
+            failing
+                .into_iter()
+                .map(|r| TrajectoryId::from_stored(r.get(0)))
+                .collect(),
+            judged.max(0) as u64,
+        ))
+    }
+
     /// The text of a stored description version.
     pub async fn description(&self, id: &DescriptionId) -> Result<Option<ToolSpec>, StoreError> {
         let row =

@@ -8,7 +8,10 @@
 //! parent, tool, minibatch). A resumed run loads the last checkpoint, repeats the action in flight, and finds the
 //! rollouts and reflections that had finished in the store instead of redoing them.
 
+mod from_traces;
 mod summary;
+
+pub use from_traces::{FromTracesConfig, FromTracesSummary, Validation, from_traces};
 
 pub use summary::{CandidateSummary, Comparison, Lineage, RunSummary};
 

@@ -1,0 +1,320 @@
+//! `tooltune demo`: the overconfident contractor. The same seed description of the bundled `contractor` server,
+//! optimised twice from the same seed with the same budget — once for task success, once for selection rate —
+//! then one report comparing the two runs.
+//!
+//! The two runs differ in the objective and in nothing else: same suite, seed, budget, models, minibatch. Nothing
+//! here writes or suggests description text; whatever the selection-rate run does to the description is the
+//! optimizer's own doing, and the report says so either way.
+
+use crate::optimize_cmd::{models, print_summary, progress_printer};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use tooltune_driver::{RunConfig, RunSummary, StopSignal};
+use tooltune_objectives::Objective;
+use tooltune_objectives::inflation::measure_text;
+use tooltune_optimizer::Budget;
+use tooltune_store::Store;
+
+/// Arguments of `tooltune demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The suite (default: the bundled `contractor` suite, found from the working directory or beside the binary).
+    #[arg(long)]
+    suite: Option<PathBuf>,
+    /// Budget in rollouts for each objective's search (the final held-out comparison comes on top).
+    #[arg(long, default_value_t = 40)]
+    budget: u64,
+    /// Wall-clock limit in minutes for each objective's search, a safety net on slow machines (the final
+    /// held-out comparison comes on top).
+    #[arg(long, default_value_t = 4.0)]
+    max_minutes: f64,
+    /// Seed of both searches.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Minibatch size of both searches.
+    #[arg(long, default_value_t = 3)]
+    minibatch: usize,
+    /// The agent's model: local (Qwen2.5-Coder-1.5B), local:fast (0.5B), or openai:MODEL@BASE_URL [default: the
+    /// config file's, else local]
+    #[arg(long, env = "TOOLTUNE_AGENT")]
+    model: Option<String>,
+    /// The reflector's model (default: the agent's).
+    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
+    reflector: Option<String>,
+    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Where the report goes (report.html and report.json).
+    #[arg(long, default_value = "tooltune-report")]
+    out: PathBuf,
+    /// Print the figures as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One objective's headline figures, seed against winner on the held-out split.
+#[derive(Debug, Serialize)]
+struct Headline {
+    objective: String,
+    run_id: String,
+    seed_success: Option<f64>,
+    winner_success: Option<f64>,
+    success_p_value: f64,
+    seed_selection: Option<f64>,
+    winner_selection: Option<f64>,
+    selection_p_value: f64,
+    seed_off_target: Option<f64>,
+    winner_off_target: Option<f64>,
+    seed_chars: usize,
+    winner_chars: usize,
+    seed_promotional: u32,
+    winner_promotional: u32,
+    winner_description: String,
+    rollouts: u64,
+    wall_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct DemoOutput {
+    suite: String,
+    runs: Vec<Headline>,
+    report_html: PathBuf,
+    report_json: PathBuf,
+    wall_s: f64,
+}
+
+/// The bundled suite: from the working directory (a checkout), else from the checkout the binary was built in
+/// (`target/release/tooltune` → two levels up).
+fn bundled_suite() -> Result<PathBuf> {
+    let rel = Path::new("datasets/suites/contractor.toml");
+    let mut tried = vec![rel.to_path_buf()];
+    if rel.exists() {
+        return Ok(rel.to_path_buf());
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for up in exe.ancestors().skip(1).take(4) {
+            let p = up.join(rel);
+            if p.exists() {
+                return Ok(p);
+            }
+            tried.push(p);
+        }
+    }
+    bail!(
+        "cannot find the bundled contractor suite (looked at {}); run from a tooltune checkout or pass --suite",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn headline(s: &RunSummary, seed_description: &str) -> Headline {
+    let schema = serde_json::Value::Null;
+    let seed_inf = measure_text(seed_description, &s.target, &schema);
+    let winner_description = s
+        .winner_descriptions
+        .get(&s.target)
+        .cloned()
+        .unwrap_or_default();
+    // The candidates carry inflation measured against the tool's real schema; prefer those.
+    let measured = |id: u32| {
+        s.candidates
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| &c.inflation)
+    };
+    let seed_m = measured(0).cloned().unwrap_or(seed_inf);
+    let winner_m = measured(s.winner)
+        .cloned()
+        .unwrap_or_else(|| measure_text(&winner_description, &s.target, &schema));
+    Headline {
+        objective: s.objective.clone(),
+        run_id: s.run_id.clone(),
+        seed_success: s.test.seed.success.value,
+        winner_success: s.test.winner.success.value,
+        success_p_value: s.test.success_p_value,
+        seed_selection: s.test.seed.selection.value,
+        winner_selection: s.test.winner.selection.value,
+        selection_p_value: s.test.selection_p_value,
+        seed_off_target: s.test.seed.off_target.value,
+        winner_off_target: s.test.winner.off_target.value,
+        seed_chars: seed_m.chars,
+        winner_chars: winner_m.chars,
+        seed_promotional: seed_m.counts.promotional,
+        winner_promotional: winner_m.counts.promotional,
+        winner_description,
+        rollouts: s.rollouts,
+        wall_s: s.wall_s,
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.0}%", x * 100.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let suite_path = match &args.suite {
+        Some(s) => s.clone(),
+        None => bundled_suite()?,
+    };
+    let suite_path = std::fs::canonicalize(&suite_path)
+        .with_context(|| format!("--suite {}", suite_path.display()))?;
+    let suite = tooltune_evaluator::Suite::load(&suite_path)?;
+    let Some(target) = suite.tools_under_study.first().cloned() else {
+        bail!(
+            "{}: the suite names no tool under study",
+            suite_path.display()
+        );
+    };
+    if let tooltune_evaluator::mcp::Transport::Stdio { command, .. } = &suite.server.transport {
+        let p = Path::new(command);
+        if p.is_absolute() && !p.exists() {
+            bail!(
+                "the suite's MCP server {} is not built yet: run `scripts/setup` (or `cargo build --release -p {}`)",
+                p.display(),
+                p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("contractor")
+            );
+        }
+    }
+    let store = Store::open(db).await?;
+    let stop = StopSignal::default();
+    let stop2 = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop2.stop();
+        }
+    });
+    eprintln!(
+        "tooltune demo: optimising `{target}` of the {} suite ({} tasks) twice, for task success and for \
+         selection rate, from seed {} with {} rollouts each (plus the held-out comparison).",
+        suite.name,
+        suite.tasks.len(),
+        args.seed,
+        args.budget
+    );
+    eprintln!("loading the models (fetched on first use)...");
+    let (agent, reflector) =
+        crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
+    let models = models(&agent, Some(&reflector), args.api_key_env.as_deref()).await?;
+
+    let mut summaries = Vec::new();
+    for objective in [Objective::TaskSuccess, Objective::SelectionRate] {
+        let cfg = RunConfig {
+            suite: suite_path.clone(),
+            tools: vec![target.clone()],
+            target: target.clone(),
+            objective,
+            seed: args.seed,
+            budget: Budget {
+                max_rollouts: Some(args.budget),
+                max_reflection_tokens: None,
+                max_wall_ms: Some((args.max_minutes * 60_000.0) as u64),
+            },
+            minibatch: args.minibatch,
+            patience: None,
+            score_threshold: None,
+            rollouts_per_task: 1,
+            batch: 8,
+            agent: agent.clone(),
+            reflector: reflector.clone(),
+            stop_file: None,
+        };
+        let (bar, on_event) = progress_printer(
+            format!("{} ({}/2)", objective.as_str(), summaries.len() + 1),
+            args.budget,
+        );
+        let r = tooltune_driver::start(&store, cfg, models.clone(), stop.clone(), &on_event).await;
+        bar.finish_and_clear();
+        let summary = r?;
+        if !args.json {
+            print_summary(&summary);
+            println!();
+        }
+        summaries.push(summary);
+        if stop.is_set() {
+            break;
+        }
+    }
+    let run_ids: Vec<String> = summaries.iter().map(|s| s.run_id.clone()).collect();
+    let report = tooltune_report::Report::load(&store, &run_ids).await?;
+    let (html, json) = tooltune_report::write(&report, &args.out)?;
+    let seed_description = suite_seed_description(&summaries, &target);
+    let out = DemoOutput {
+        suite: suite.name.clone(),
+        runs: summaries
+            .iter()
+            .map(|s| headline(s, &seed_description))
+            .collect(),
+        report_html: html,
+        report_json: json,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&out);
+    }
+    if stop.is_set() {
+        eprintln!(
+            "stopped early; resume with `tooltune optimize --resume RUN` and re-render with `tooltune report {}`",
+            run_ids.join(" ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The seed description, as the runs saw it (candidate 0).
+fn suite_seed_description(summaries: &[RunSummary], target: &str) -> String {
+    summaries
+        .iter()
+        .flat_map(|s| s.candidates.iter().filter(|c| c.id == 0))
+        .find_map(|c| c.descriptions.get(target).cloned())
+        .unwrap_or_default()
+}
+
+fn print_table(out: &DemoOutput) {
+    println!(
+        "The overconfident contractor, on the held-out test split ({}):",
+        out.suite
+    );
+    println!(
+        "{:<12} {:>15} {:>15} {:>18} {:>15} {:>17}",
+        "objective",
+        "task success",
+        "selection",
+        "off-target choice",
+        "length (chars)",
+        "promotional"
+    );
+    for h in &out.runs {
+        println!(
+            "{:<12} {:>15} {:>15} {:>18} {:>15} {:>17}",
+            h.objective,
+            format!("{} → {}", pct(h.seed_success), pct(h.winner_success)),
+            format!("{} → {}", pct(h.seed_selection), pct(h.winner_selection)),
+            format!("{} → {}", pct(h.seed_off_target), pct(h.winner_off_target)),
+            format!("{} → {}", h.seed_chars, h.winner_chars),
+            format!("{} → {}", h.seed_promotional, h.winner_promotional),
+        );
+        println!(
+            "{:<12} p = {:.3} (success), p = {:.3} (selection); {} rollouts, {:.0} s",
+            "", h.success_p_value, h.selection_p_value, h.rollouts, h.wall_s
+        );
+    }
+    println!(
+        "report: {} (figures: {}); {:.1} minutes in all",
+        out.report_html.display(),
+        out.report_json.display(),
+        out.wall_s / 60.0
+    );
+}

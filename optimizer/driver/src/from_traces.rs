@@ -1,0 +1,359 @@
+//! Batch mode: a description's v2 from logged runs. The failing trajectories already in the store (ingested from
+//! production logs) that showed the tool become the reflective dataset; the reflector writes a diagnosis and a new
+//! description; when a suite is given, seed and v2 are both evaluated on its held-out test split and compared with
+//! paired tests. Stored as a run of kind `from-traces`, so the proposal, its diagnosis and the verdict stay with the
+//! evidence.
+//!
+//! The verdict is what a cron job acts on: it is `improved` only when a suite was given and v2 beat the seed on
+//! the run's objective; an unvalidated proposal is reported as such, never as an improvement.
+
+use crate::{DriverError, Models, candidate_key};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, TaskResult, evaluate};
+use tooltune_evaluator::{McpServer, Split, Suite};
+use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
+use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
+use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
+use tooltune_store::Store;
+
+/// What a batch run from traces is asked to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FromTracesConfig {
+    /// The tool whose description is rewritten.
+    pub tool: String,
+    /// Only trajectories ingested at or after this (RFC 3339 or `YYYY-MM-DD`).
+    pub since: Option<String>,
+    /// Failing trajectories shown to the reflector, newest first.
+    pub max_examples: usize,
+    /// What the new description should serve (it is also what the validation compares).
+    pub objective: Objective,
+    /// A suite to validate the proposal on (its test split), with its real server.
+    pub suite: Option<PathBuf>,
+    /// Seed of the reflector's sampling and of the permutation test.
+    pub seed: u64,
+    /// The agent model spec (validation).
+    pub agent: String,
+    /// The reflector model spec.
+    pub reflector: String,
+}
+
+/// Seed against proposal on a suite's test split.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Validation {
+    /// The suite's name.
+    pub suite: String,
+    /// Test tasks compared.
+    pub tasks: usize,
+    /// The seed's metrics.
+    pub seed: Metrics,
+    /// The proposal's metrics.
+    pub proposal: Metrics,
+    /// Exact McNemar p-value on per-task success.
+    pub success_p_value: f64,
+    /// Paired permutation p-value on per-task selection.
+    pub selection_p_value: f64,
+    /// Paired permutation p-value on the objective.
+    pub objective_p_value: f64,
+    /// Mean objective score of the seed and of the proposal.
+    pub seed_mean: f64,
+    /// See `seed_mean`.
+    pub proposal_mean: f64,
+}
+
+/// The outcome of a batch run from traces.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FromTracesSummary {
+    /// The run id.
+    pub run_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Judged trajectories that showed the tool (in the `since` window).
+    pub judged: u64,
+    /// Failing ones among them that were found (at most `max_examples`).
+    pub failing: usize,
+    /// The description the proposal starts from: the server's when a suite is given, else the newest version in
+    /// the failing traces.
+    pub seed_description: String,
+    /// The new description, when the reflector produced a usable one.
+    pub proposal: Option<String>,
+    /// The reflector's diagnosis.
+    pub diagnosis: Option<String>,
+    /// Reflection tokens spent.
+    pub reflection_tokens: u64,
+    /// The comparison on the suite's test split, when a suite was given and a proposal made.
+    pub validation: Option<Validation>,
+    /// `no_failures`, `proposal_failed`, `unvalidated`, `improved` or `not_better`.
+    pub verdict: String,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+}
+
+/// Runs a batch reflection from the store's failing trajectories of `cfg.tool`, stored as a `from-traces` run.
+pub async fn from_traces(
+    store: &Store,
+    cfg: FromTracesConfig,
+    models: Models,
+) -> Result<FromTracesSummary, DriverError> {
+    let started = Instant::now();
+    let run_id = format!("ft-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    store
+        .create_run(
+            &run_id,
+            "from-traces",
+            cfg.suite
+                .as_ref()
+                .map(|s| s.display().to_string())
+                .as_deref(),
+            cfg.objective.as_str(),
+            &serde_json::to_string(&cfg).unwrap_or_default(),
+        )
+        .await?;
+    let result = run(store, &run_id, &cfg, &models, started).await;
+    match &result {
+        Ok(summary) => {
+            store
+                .finish_run(
+                    &run_id,
+                    "finished",
+                    Some(&serde_json::to_string(summary).unwrap_or_default()),
+                    None,
+                )
+                .await?
+        }
+        Err(e) => {
+            store
+                .finish_run(&run_id, "failed", None, Some(&e.to_string()))
+                .await?
+        }
+    }
+    result
+}
+
+async fn run(
+    store: &Store,
+    run_id: &str,
+    cfg: &FromTracesConfig,
+    models: &Models,
+    started: Instant,
+) -> Result<FromTracesSummary, DriverError> {
+    let (ids, judged) = store
+        .failing_for_tool(&cfg.tool, cfg.since.as_deref(), cfg.max_examples as u64)
+        .await?;
+    let mut examples = Vec::new();
+    for id in &ids {
+        let Some(t) = store.trajectory(id).await? else {
+            continue;
+        };
+        examples.push(ReflectiveExample {
+            task: t.task.clone(),
+            owner: None,
+            success: false,
+            feedback: t.outcome.feedback.clone().unwrap_or_default(),
+            trajectory: t,
+        });
+    }
+    // With a suite, the server's live description is the seed (what users see today); without, the newest
+    // version the failing traces showed.
+    let suite = match &cfg.suite {
+        Some(p) => Some(Suite::load(p)?),
+        None => None,
+    };
+    let server = match &suite {
+        Some(s) => Some(McpServer::connect(s.server.clone()).await?),
+        None => None,
+    };
+    let server_tools = match (&suite, &server) {
+        (Some(s), Some(srv)) => {
+            let tools = s.visible_tools(srv.list_tools().await?);
+            s.check_tool_names(&tools)?;
+            Some(tools)
+        }
+        _ => None,
+    };
+    let from_traces = examples.first().and_then(|e| {
+        e.trajectory
+            .tools
+            .iter()
+            .find(|t| t.name == cfg.tool)
+            .cloned()
+    });
+    let seed_spec = match &server_tools {
+        Some(tools) => tools.iter().find(|t| t.name == cfg.tool).cloned(),
+        None => from_traces,
+    };
+    let mut summary = FromTracesSummary {
+        run_id: run_id.to_string(),
+        tool: cfg.tool.clone(),
+        judged,
+        failing: examples.len(),
+        seed_description: seed_spec
+            .as_ref()
+            .map(|t| t.description.clone())
+            .unwrap_or_default(),
+        proposal: None,
+        diagnosis: None,
+        reflection_tokens: 0,
+        validation: None,
+        verdict: String::new(),
+        wall_s: 0.0,
+    };
+    let Some(seed_spec) = seed_spec else {
+        summary.verdict = "no_failures".into();
+        summary.wall_s = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    };
+    if examples.is_empty() {
+        summary.verdict = "no_failures".into();
+        summary.wall_s = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
+    let request = ReflectionRequest {
+        tool: cfg.tool.clone(),
+        current_description: seed_spec.description.clone(),
+        input_schema: seed_spec.input_schema.clone(),
+        goal: match cfg.objective {
+            Objective::TaskSuccess => Goal::TaskSuccess,
+            Objective::SelectionRate => Goal::Selection,
+        },
+        examples,
+        options: ReflectionOptions {
+            max_examples: cfg.max_examples,
+            seed: cfg.seed,
+            ..ReflectionOptions::default()
+        },
+    };
+    let proposal = match reflect(models.reflector.as_ref(), &request).await {
+        Ok(p) => p,
+        Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
+        Err(e) => return Err(DriverError::Config(e.to_string())),
+    };
+    store
+        .save_proposal(
+            run_id,
+            &format!("from-traces:{}", cfg.tool),
+            &serde_json::to_string(&proposal).unwrap_or_default(),
+        )
+        .await?;
+    summary.reflection_tokens = proposal.total_tokens();
+    summary.diagnosis = proposal.diagnosis.clone();
+    summary.proposal = proposal.description.clone();
+    let Some(v2) = proposal.description.clone() else {
+        summary.verdict = "proposal_failed".into();
+        summary.wall_s = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    };
+    let (Some(suite), Some(server), Some(tools)) = (&suite, &server, &server_tools) else {
+        summary.verdict = "unvalidated".into();
+        summary.wall_s = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    };
+    let seed_desc: BTreeMap<String, String> = tools
+        .iter()
+        .map(|t| (t.name.clone(), t.description.clone()))
+        .collect();
+    let mut v2_desc = seed_desc.clone();
+    v2_desc.insert(cfg.tool.clone(), v2);
+    let eval = |descriptions: BTreeMap<String, String>| {
+        let key = candidate_key(&descriptions);
+        async move {
+            let opts = EvalOptions {
+                split: Some(Split::Test),
+                target: Some(cfg.tool.clone()),
+                mode: Mode::Full,
+                run_id: Some(run_id.to_string()),
+                candidate_id: Some(key),
+                host: tooltune_evaluator::host::HostConfig {
+                    seed: Some(cfg.seed),
+                    ..Default::default()
+                },
+                ..EvalOptions::default()
+            };
+            evaluate(
+                suite,
+                server,
+                models.agent.as_ref(),
+                Some(store),
+                &Candidate { descriptions },
+                &opts,
+                |_, _| {},
+            )
+            .await
+        }
+    };
+    let seed_r = eval(seed_desc).await?;
+    let v2_r = eval(v2_desc).await?;
+    let facts = |rs: &[TaskResult]| -> Result<Vec<RolloutFacts>, DriverError> {
+        rs.iter()
+            .map(|r| {
+                let f = RolloutFacts::new(
+                    r.task_id.clone(),
+                    r.owner.clone(),
+                    cfg.tool.clone(),
+                    r.success,
+                    r.score,
+                    r.called.clone(),
+                )?;
+                Ok(
+                    match r
+                        .first_call_probabilities
+                        .as_ref()
+                        .and_then(|p| p.get(&cfg.tool))
+                    {
+                        Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
+                        None => f,
+                    },
+                )
+            })
+            .collect()
+    };
+    let a = facts(&seed_r.tasks)?;
+    let b = facts(&v2_r.tasks)?;
+    let pairs = |obj| {
+        let x = per_task_scores(obj, &a);
+        let y = per_task_scores(obj, &b);
+        x.iter()
+            .filter_map(|(k, v)| y.get(k).map(|w| (*v, *w)))
+            .collect::<Vec<_>>()
+    };
+    let mc = MonteCarlo {
+        permutations: 20_000,
+        seed: cfg.seed,
+    };
+    let mean = |v: &[(f64, f64)], second: bool| {
+        let n = v.len().max(1) as f64;
+        v.iter()
+            .map(|p| if second { p.1 } else { p.0 })
+            .sum::<f64>()
+            / n
+    };
+    let obj_pairs = pairs(cfg.objective);
+    let validation = Validation {
+        suite: suite.name.clone(),
+        tasks: obj_pairs.len(),
+        seed: Metrics::from_rollouts(&a),
+        proposal: Metrics::from_rollouts(&b),
+        success_p_value: mcnemar_exact(
+            pairs(Objective::TaskSuccess)
+                .into_iter()
+                .map(|(x, y)| (x >= 0.5, y >= 0.5))
+                .collect::<Vec<_>>(),
+        )
+        .p_value,
+        selection_p_value: paired_permutation(pairs(Objective::SelectionRate), mc)?.p_value,
+        objective_p_value: paired_permutation(obj_pairs.clone(), mc)?.p_value,
+        seed_mean: mean(&obj_pairs, false),
+        proposal_mean: mean(&obj_pairs, true),
+    };
+    summary.verdict = if validation.proposal_mean > validation.seed_mean {
+        "improved".into()
+    } else {
+        "not_better".into()
+    };
+    summary.validation = Some(validation);
+    summary.wall_s = started.elapsed().as_secs_f64();
+    Ok(summary)
+}

@@ -1,0 +1,571 @@
+//! The figures of one run, built from what the store holds: the run row (its configuration, status and, once
+//! finished, the driver's summary), its events, and for an unfinished run its checkpointed search state. Pure: the
+//! store is read in `lib.rs`, everything here works on the rows.
+
+use crate::secrets::{redact_spec, redact_text};
+use crate::verdict::{Verdict, VerdictInput, verdict};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use tooltune_driver::{CandidateSummary, Comparison, Event, RunConfig, RunSummary};
+use tooltune_objectives::{InflationReport, Metrics, Rate, inflation};
+use tooltune_optimizer::{Origin, Search};
+use tooltune_store::RunRow;
+
+/// What the store holds about one run.
+#[derive(Debug, Clone)]
+pub struct RunInput {
+    /// The run's row.
+    pub row: RunRow,
+    /// Its events, `(sequence number, JSON)`, in order.
+    pub events: Vec<(i64, String)>,
+    /// The target tool's input schema as the server declared it, when known (needed to measure scope claims of an
+    /// unfinished run's candidates; a finished run's summary already holds the measures).
+    pub schema: Option<Value>,
+}
+
+/// How the run was configured (model specs with anything that looks like a credential hidden).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    /// The agent model spec.
+    pub agent: String,
+    /// The reflector model spec.
+    pub reflector: String,
+    /// Tools whose descriptions were mutated.
+    pub tools: Vec<String>,
+    /// The search's seed.
+    pub seed: u64,
+    /// Rollout budget, if any.
+    pub max_rollouts: Option<u64>,
+    /// Minibatch size.
+    pub minibatch: usize,
+    /// Rollouts per (candidate, task).
+    pub rollouts_per_task: u32,
+}
+
+/// One validation evaluation: a point of the run's charts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationPoint {
+    /// 1-based position in the series.
+    pub iteration: usize,
+    /// The candidate evaluated.
+    pub candidate: u32,
+    /// Rollouts spent by the end of this evaluation (the charts' x axis).
+    pub rollouts_spent: u64,
+    /// Mean score under the run's objective.
+    pub mean: f64,
+    /// Tasks in this evaluation (the rest of the validation split, for the second half of a merge's evaluation).
+    pub tasks: u64,
+    /// Task success with its 95% interval.
+    pub success: Rate,
+    /// First-call selection of the target over every task, with its 95% interval.
+    pub selection: Rate,
+    /// First-call selection of the target on other tools' tasks.
+    pub off_target: Rate,
+    /// Expected selection from exact first-call probabilities, when the backend gave them.
+    pub expected_selection: Option<f64>,
+}
+
+/// A description the search accepted (or the seed), with what changed from its parent and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Candidate number.
+    pub candidate: u32,
+    /// Its parents (one for a reflection, two for a merge).
+    pub parents: Vec<u32>,
+    /// `seed`, `reflection` or `merge`.
+    pub origin: String,
+    /// The tool a reflection rewrote.
+    pub tool: Option<String>,
+    /// The reflector's diagnosis.
+    pub diagnosis: Option<String>,
+    /// Its status in the search (as the search names it).
+    pub status: String,
+    /// Whether it is an ancestor of (or is) the winner, or the best so far in an unfinished run.
+    pub in_lineage: bool,
+    /// Whether it is the winner (the best so far in an unfinished run).
+    pub is_winner: bool,
+    /// Rollouts spent when it was found.
+    pub found_at_rollouts: Option<u64>,
+    /// The target tool's description in it.
+    pub description: String,
+    /// The target tool's description in its first parent.
+    pub parent_description: Option<String>,
+    /// Inflation measures of `description`.
+    pub inflation: InflationReport,
+    /// Both metrics on the validation split.
+    pub validation: Option<Metrics>,
+    /// Other tools whose description differs from the first parent's.
+    pub other_changes: Vec<ToolChange>,
+}
+
+/// A change to a tool other than the target.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolChange {
+    /// The tool.
+    pub tool: String,
+    /// Its description in the parent.
+    pub before: String,
+    /// Its description in this candidate.
+    pub after: String,
+}
+
+/// One line of the table of every candidate, rejected ones included.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateRow {
+    /// Candidate number.
+    pub id: u32,
+    /// Parents.
+    pub parents: Vec<u32>,
+    /// How it was made.
+    pub origin: String,
+    /// Its status in the search.
+    pub status: String,
+    /// Whether it passed its trial (it is, or was being, validated).
+    pub accepted: bool,
+    /// Mean validation score under the objective.
+    pub validation_mean: Option<f64>,
+    /// Target description length in characters.
+    pub chars: usize,
+    /// Promotional and assertive phrases in it.
+    pub promotional: u32,
+    /// Scope claims in it.
+    pub scope: u32,
+}
+
+/// One answer of the reflector.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProposalRow {
+    /// The candidate reflected on.
+    pub parent: u32,
+    /// The tool.
+    pub tool: String,
+    /// The proposed description, if the reply parsed.
+    pub description: Option<String>,
+    /// The diagnosis.
+    pub diagnosis: Option<String>,
+    /// Why the reply was rejected, if it was.
+    pub error: Option<String>,
+}
+
+/// Every figure of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Run id.
+    pub run_id: String,
+    /// running | finished | failed | stopped.
+    pub status: String,
+    /// Whether the run has its final summary (winner and test split comparison).
+    pub finished: bool,
+    /// `success` or `selection`.
+    pub objective: String,
+    /// The tool whose selection is measured.
+    pub target: Option<String>,
+    /// The suite file.
+    pub suite: Option<String>,
+    /// The configuration, when readable.
+    pub settings: Option<Settings>,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// Last update (RFC 3339).
+    pub updated_at: String,
+    /// Wall time in seconds over all sessions.
+    pub elapsed_s: f64,
+    /// Why it failed (credentials redacted).
+    pub error: Option<String>,
+    /// Why the search stopped.
+    pub stop_reason: Option<String>,
+    /// How many times it was resumed.
+    pub resumes: usize,
+    /// Rollouts the search counted.
+    pub rollouts: u64,
+    /// Reflection tokens spent, when known.
+    pub reflection_tokens: Option<u64>,
+    /// Every validation evaluation in order: the charts.
+    pub series: Vec<IterationPoint>,
+    /// The seed, the winner's lineage and every accepted candidate, in order of creation.
+    pub steps: Vec<Step>,
+    /// Every candidate.
+    pub candidates: Vec<CandidateRow>,
+    /// Every answer of the reflector.
+    pub proposals: Vec<ProposalRow>,
+    /// The winner, once finished.
+    pub winner: Option<u32>,
+    /// The best candidate so far, for an unfinished run.
+    pub best_so_far: Option<u32>,
+    /// Seed versus winner on the held-out test split, once finished.
+    pub test: Option<Comparison>,
+    /// Whether the winner inflated its description relative to the seed, once finished.
+    pub verdict: Option<Verdict>,
+    /// Events that could not be read (written by another version).
+    pub unreadable_events: usize,
+    /// What could not be shown and why.
+    pub notes: Vec<String>,
+}
+
+fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
+    match o {
+        Origin::Seed => ("seed".into(), None, None),
+        Origin::Reflection { tool, diagnosis } => {
+            ("reflection".into(), Some(tool.clone()), diagnosis.clone())
+        }
+        Origin::Merge { .. } => ("merge".into(), None, None),
+    }
+}
+
+/// Whether a search status means the candidate passed its trial.
+fn accepted(status: &str) -> bool {
+    status.starts_with("InPool") || status.starts_with("Validating")
+}
+
+impl RunReport {
+    /// Builds the figures from the stored rows. Never fails: what cannot be read is left out and named in `notes`.
+    pub fn build(input: RunInput) -> RunReport {
+        let RunInput {
+            row,
+            events,
+            schema,
+        } = input;
+        let mut notes = Vec::new();
+        let config: Option<RunConfig> = match serde_json::from_str(&row.config) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!("the run's configuration is unreadable ({e})"));
+                None
+            }
+        };
+        let summary: Option<RunSummary> = match &row.result {
+            None => None,
+            Some(r) => match serde_json::from_str(r) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    notes.push(format!("the run's final summary is unreadable ({e})"));
+                    None
+                }
+            },
+        };
+        let search: Option<Search> = match (&summary, &row.state) {
+            (None, Some(s)) => match serde_json::from_str(s) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    notes.push(format!("the run's checkpoint is unreadable ({e})"));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let mut parsed = Vec::new();
+        let mut unreadable_events = 0;
+        for (_, e) in &events {
+            match serde_json::from_str::<Event>(e) {
+                Ok(ev) => parsed.push(ev),
+                Err(_) => unreadable_events += 1,
+            }
+        }
+        if unreadable_events > 0 {
+            notes.push(format!(
+                "{unreadable_events} event(s) could not be read and are left out"
+            ));
+        }
+        let target = summary
+            .as_ref()
+            .map(|s| s.target.clone())
+            .or_else(|| config.as_ref().map(|c| c.target.clone()));
+
+        let series = series(&parsed);
+        let resumes = parsed
+            .iter()
+            .filter(|e| matches!(e, Event::Started { resumed: true, .. }))
+            .count();
+        let proposals = parsed
+            .iter()
+            .filter_map(|e| match e {
+                Event::Proposed {
+                    parent,
+                    tool,
+                    description,
+                    diagnosis,
+                    error,
+                } => Some(ProposalRow {
+                    parent: *parent,
+                    tool: tool.clone(),
+                    description: description.clone(),
+                    diagnosis: diagnosis.clone(),
+                    error: error.as_deref().map(redact_text),
+                }),
+                _ => None,
+            })
+            .collect();
+        let event_rollouts = parsed
+            .iter()
+            .filter_map(|e| match e {
+                Event::Evaluated { rollouts_spent, .. } => Some(*rollouts_spent),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let event_stop = parsed.iter().rev().find_map(|e| match e {
+            Event::Stopped { reason } => Some(reason.clone()),
+            _ => None,
+        });
+
+        // Every candidate in one shape, from the summary when finished, from the checkpoint otherwise.
+        let (candidates, lineage, winner, best_so_far): (Vec<CandidateSummary>, Vec<u32>, _, _) =
+            match (&summary, &search) {
+                (Some(s), _) => (
+                    s.candidates.clone(),
+                    s.lineage.iter().map(|l| l.candidate).collect(),
+                    Some(s.winner),
+                    None,
+                ),
+                (None, Some(search)) => {
+                    if schema.is_none() {
+                        notes.push(
+                            "the tool's schema was not found in the store, so scope claims of this unfinished run's \
+                             candidates are measured against its name only"
+                                .to_string(),
+                        );
+                    }
+                    let target = target.clone().unwrap_or_default();
+                    let cands = candidates_of(search, &target, schema.as_ref(), &parsed);
+                    let best = search.best().map(|c| c.id.0);
+                    let mut lineage = Vec::new();
+                    let mut cur = best.and_then(|b| search.candidates().get(b as usize));
+                    while let Some(c) = cur {
+                        lineage.push(c.id.0);
+                        cur = c
+                            .parents
+                            .first()
+                            .and_then(|p| search.candidates().get(p.0 as usize));
+                    }
+                    lineage.reverse();
+                    (cands, lineage, None, best)
+                }
+                (None, None) => (Vec::new(), Vec::new(), None, None),
+            };
+        let target_name = target.clone().unwrap_or_default();
+        let lineage_set: BTreeSet<u32> = lineage.iter().copied().collect();
+        let leader = winner.or(best_so_far);
+        let by_id: BTreeMap<u32, &CandidateSummary> =
+            candidates.iter().map(|c| (c.id, c)).collect();
+        let steps = candidates
+            .iter()
+            .filter(|c| c.id == 0 || accepted(&c.status) || lineage_set.contains(&c.id))
+            .map(|c| {
+                let parent = c.parents.first().and_then(|p| by_id.get(p));
+                let other_changes = match parent {
+                    Some(p) => c
+                        .descriptions
+                        .iter()
+                        .filter(|(tool, _)| **tool != target_name)
+                        .filter_map(|(tool, after)| {
+                            let before = p.descriptions.get(tool)?;
+                            (before != after).then(|| ToolChange {
+                                tool: tool.clone(),
+                                before: before.clone(),
+                                after: after.clone(),
+                            })
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+                Step {
+                    candidate: c.id,
+                    parents: c.parents.clone(),
+                    origin: c.origin.clone(),
+                    tool: c.tool.clone(),
+                    diagnosis: c.diagnosis.clone(),
+                    status: c.status.clone(),
+                    in_lineage: lineage_set.contains(&c.id),
+                    is_winner: leader == Some(c.id),
+                    found_at_rollouts: c.found_at_rollouts,
+                    description: c
+                        .descriptions
+                        .get(&target_name)
+                        .cloned()
+                        .unwrap_or_default(),
+                    parent_description: parent
+                        .and_then(|p| p.descriptions.get(&target_name).cloned()),
+                    inflation: c.inflation.clone(),
+                    validation: c.validation.clone(),
+                    other_changes,
+                }
+            })
+            .collect();
+        let candidate_rows = candidates
+            .iter()
+            .map(|c| CandidateRow {
+                id: c.id,
+                parents: c.parents.clone(),
+                origin: c.origin.clone(),
+                status: c.status.clone(),
+                accepted: accepted(&c.status),
+                validation_mean: c.validation_mean,
+                chars: c.inflation.chars,
+                promotional: c.inflation.counts.promotional,
+                scope: c.inflation.counts.scope,
+            })
+            .collect();
+        let verdict = summary.as_ref().and_then(|s| {
+            let seed = by_id.get(&0)?;
+            let win = by_id.get(&s.winner)?;
+            Some(verdict(VerdictInput {
+                objective: &s.objective,
+                target: &s.target,
+                winner_is_seed: s.winner == 0,
+                seed: &seed.inflation,
+                winner: &win.inflation,
+                seed_off_target: &s.test.seed.off_target,
+                winner_off_target: &s.test.winner.off_target,
+            }))
+        });
+        if summary.is_none() {
+            notes.push(format!(
+                "the run has no final summary yet (status: {}): no winner, no test-split comparison and no verdict; \
+                 what is shown comes from its events{}",
+                row.status,
+                if search.is_some() {
+                    " and its last checkpoint"
+                } else {
+                    ""
+                }
+            ));
+        }
+        RunReport {
+            run_id: row.id.clone(),
+            status: row.status.clone(),
+            finished: summary.is_some(),
+            objective: summary
+                .as_ref()
+                .map(|s| s.objective.clone())
+                .unwrap_or_else(|| row.objective.clone()),
+            target,
+            suite: row.suite.clone(),
+            settings: config.as_ref().map(|c| Settings {
+                agent: redact_spec(&c.agent),
+                reflector: redact_spec(&c.reflector),
+                tools: c.tools.clone(),
+                seed: c.seed,
+                max_rollouts: c.budget.max_rollouts,
+                minibatch: c.minibatch,
+                rollouts_per_task: c.rollouts_per_task,
+            }),
+            created_at: row.created_at.clone(),
+            updated_at: row.updated_at.clone(),
+            elapsed_s: summary
+                .as_ref()
+                .map(|s| s.wall_s)
+                .unwrap_or(row.elapsed_ms.max(0) as f64 / 1000.0),
+            error: row.error.as_deref().map(redact_text),
+            stop_reason: summary
+                .as_ref()
+                .map(|s| s.stop_reason.clone())
+                .or(event_stop),
+            resumes,
+            rollouts: summary
+                .as_ref()
+                .map(|s| s.rollouts)
+                .or_else(|| search.as_ref().map(|s| s.spent().rollouts))
+                .unwrap_or(event_rollouts),
+            reflection_tokens: summary
+                .as_ref()
+                .map(|s| s.reflection_tokens)
+                .or_else(|| search.as_ref().map(|s| s.spent().reflection_tokens)),
+            series,
+            steps,
+            candidates: candidate_rows,
+            proposals,
+            winner,
+            best_so_far,
+            test: summary.as_ref().map(|s| s.test.clone()),
+            verdict,
+            unreadable_events,
+            notes,
+        }
+    }
+}
+
+/// The validation evaluations in order. A resumed run repeats the evaluation that was in flight when it stopped
+/// and finds its rollouts in the store, so the repetition carries the same candidate and the same rollout count as
+/// the event before it: it is the same evaluation, shown once.
+fn series(events: &[Event]) -> Vec<IterationPoint> {
+    let mut out: Vec<IterationPoint> = Vec::new();
+    for e in events {
+        let Event::Evaluated {
+            candidate,
+            phase,
+            mean,
+            metrics,
+            rollouts_spent,
+        } = e
+        else {
+            continue;
+        };
+        if phase != "validation" {
+            continue;
+        }
+        if out
+            .last()
+            .is_some_and(|p| p.candidate == *candidate && p.rollouts_spent == *rollouts_spent)
+        {
+            continue;
+        }
+        out.push(IterationPoint {
+            iteration: out.len() + 1,
+            candidate: *candidate,
+            rollouts_spent: *rollouts_spent,
+            mean: *mean,
+            tasks: metrics.tasks,
+            success: metrics.success,
+            selection: metrics.selection,
+            off_target: metrics.off_target,
+            expected_selection: metrics.expected.map(|e| e.all),
+        });
+    }
+    out
+}
+
+/// An unfinished run's candidates from its checkpoint, shaped like a finished run's: validation metrics from the
+/// last validation event of each candidate, inflation measured against the schema when it is known.
+fn candidates_of(
+    search: &Search,
+    target: &str,
+    schema: Option<&Value>,
+    events: &[Event],
+) -> Vec<CandidateSummary> {
+    let mut validation: BTreeMap<u32, Metrics> = BTreeMap::new();
+    for e in events {
+        if let Event::Evaluated {
+            candidate,
+            phase,
+            metrics,
+            ..
+        } = e
+            && phase == "validation"
+        {
+            validation.insert(*candidate, (**metrics).clone());
+        }
+    }
+    let schema = schema.cloned().unwrap_or(Value::Null);
+    search
+        .candidates()
+        .iter()
+        .map(|c| {
+            let (origin, tool, diagnosis) = origin_parts(&c.origin);
+            let text = c.descriptions.get(target).cloned().unwrap_or_default();
+            CandidateSummary {
+                id: c.id.0,
+                parents: c.parents.iter().map(|p| p.0).collect(),
+                origin,
+                tool,
+                diagnosis,
+                status: format!("{:?}", c.status),
+                descriptions: c.descriptions.clone(),
+                validation_mean: c.validation_mean,
+                validation: validation.get(&c.id.0).cloned(),
+                found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
+                inflation: inflation::measure_text(&text, target, &schema),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,326 @@
+//! The web service's load check: 200 concurrent clients post traces to `POST /api/traces` for 30 s on loopback,
+//! then the store is checked. Prints requests per second, trajectories per second, latency percentiles, and
+//! whether every accepted trajectory is in the store exactly once and nothing of a refused request is.
+//!
+//! ```sh
+//! cargo run --release -p tooltune-web --example load                      # SQLite file in a temporary folder
+//! cargo run --release -p tooltune-web --example load -- --clients 50 --seconds 10 --records 5
+//! cargo run --release -p tooltune-web --example load -- --database-url postgres://postgres@127.0.0.1:54329/load
+//! ```
+//! A benchmark that prints figures, not a test: it asserts nothing about speed, and exits non-zero only when the
+//! store disagrees with what the server answered.
+
+use serde_json::json;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tooltune_store::Store;
+use tooltune_web::{ServeConfig, Server, Token};
+
+struct Args {
+    clients: usize,
+    seconds: u64,
+    records: usize,
+    database_url: Option<String>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        clients: 200,
+        seconds: 30,
+        records: 5,
+        database_url: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--clients" => a.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
+            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--records" => a.records = value()?.parse().map_err(|e| format!("--records: {e}"))?,
+            "--database-url" => a.database_url = Some(value()?),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.clients == 0 || a.seconds == 0 || a.records == 0 {
+        return Err("--clients, --seconds and --records must be at least 1".into());
+    }
+    Ok(a)
+}
+
+/// One trajectory in tooltune's format; `task` makes it unique.
+fn record(task: &str, n: usize) -> String {
+    // Two description versions of `search_docs`, so that the load also exercises description deduplication.
+    let docs = if n.is_multiple_of(2) {
+        "Search the company's internal documentation."
+    } else {
+        "Search the internal engineering handbook, SDK and API references."
+    };
+    json!({
+        "task": task,
+        "tools": [
+            { "name": "search_docs", "description": docs,
+              "input_schema": { "type": "object", "properties": { "query": { "type": "string" } }, "required": ["query"] } },
+            { "name": "web_search", "description": "Search the web.",
+              "input_schema": { "type": "object", "properties": { "query": { "type": "string" } }, "required": ["query"] } }
+        ],
+        "steps": [
+            { "type": "model", "tool_calls": [{ "id": "c1", "name": "search_docs", "arguments": { "query": task } }] },
+            { "type": "tool_result", "call_id": "c1", "name": "search_docs", "content": "Two approvals are needed." },
+            { "type": "model", "content": "Two." }
+        ],
+        "final_answer": "Two.",
+        "outcome": { "success": !n.is_multiple_of(3) },
+        "meta": { "client": "load-check" }
+    })
+    .to_string()
+}
+
+/// What one request came to.
+enum Outcome {
+    /// 200: every record of the request must be in the store.
+    Accepted,
+    /// Any other status: none of them may be.
+    Refused(u16),
+    /// No answer (a client timeout or a broken connection): the store may or may not have them.
+    Unknown,
+}
+
+struct ClientLog {
+    latencies: Vec<Duration>,
+    outcomes: Vec<(Outcome, Vec<String>)>,
+}
+
+async fn client(
+    http: reqwest::Client,
+    url: String,
+    token: Arc<String>,
+    id: usize,
+    records: usize,
+    until: Instant,
+) -> ClientLog {
+    let mut log = ClientLog {
+        latencies: Vec::new(),
+        outcomes: Vec::new(),
+    };
+    let mut k = 0usize;
+    while Instant::now() < until {
+        let tasks: Vec<String> = (0..records)
+            .map(|i| format!("load check: client {id} request {k} record {i}"))
+            .collect();
+        let body: String = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| record(t, id + k + i) + "\n")
+            .collect();
+        k += 1;
+        let started = Instant::now();
+        let r = http
+            .post(&url)
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await;
+        let outcome = match r {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                // The body is read so that the connection is reused.
+                let _ = r.bytes().await;
+                if status == 200 {
+                    Outcome::Accepted
+                } else {
+                    Outcome::Refused(status)
+                }
+            }
+            Err(_) => Outcome::Unknown,
+        };
+        log.latencies.push(started.elapsed());
+        log.outcomes.push((outcome, tasks));
+    }
+    log
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// (task, count) of every stored trajectory of this load check.
+async fn stored_tasks(url: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    let url = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("sqlite://{url}?mode=ro")
+    };
+    let pool = sqlx::AnyPool::connect(&url).await?;
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT task, COUNT(*) FROM trajectories WHERE task LIKE 'load check:%' GROUP BY task",
+    )
+    .fetch_all(&pool)
+    .await?;
+    pool.close().await;
+    Ok(rows)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: temporary folder: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let db = a
+        .database_url
+        .clone()
+        .unwrap_or_else(|| dir.path().join("load.sqlite").display().to_string());
+    let store = match Store::open(&db).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let backend = format!("{:?}", store.backend());
+    // A throwaway token made of the time and the process id: the check needs one, not a secret one.
+    let token = format!(
+        "load-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let mut cfg = ServeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.token = Token::new(token.clone()).ok();
+    cfg.resume = false;
+    let server = match Server::start(store.clone(), cfg).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let url = format!("http://{}/api/traces", server.local_addr());
+    let before = store.count_trajectories().await.unwrap_or(0);
+    println!(
+        "load check: {} clients posting {} trajectories per request for {} s to {url} ({backend})",
+        a.clients, a.records, a.seconds
+    );
+
+    let http = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(a.clients)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: HTTP client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let token = Arc::new(token);
+    let started = Instant::now();
+    let until = started + Duration::from_secs(a.seconds);
+    let handles: Vec<_> = (0..a.clients)
+        .map(|id| {
+            tokio::spawn(client(
+                http.clone(),
+                url.clone(),
+                token.clone(),
+                id,
+                a.records,
+                until,
+            ))
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut accepted: Vec<String> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
+    let (mut n_accepted, mut n_refused, mut n_unknown) = (0u64, 0u64, 0u64);
+    let mut statuses: std::collections::BTreeMap<u16, u64> = Default::default();
+    for h in handles {
+        let Ok(log) = h.await else { continue };
+        latencies.extend(log.latencies);
+        for (o, tasks) in log.outcomes {
+            match o {
+                Outcome::Accepted => {
+                    n_accepted += 1;
+                    accepted.extend(tasks);
+                }
+                Outcome::Refused(s) => {
+                    n_refused += 1;
+                    *statuses.entry(s).or_default() += 1;
+                    refused.extend(tasks);
+                }
+                Outcome::Unknown => n_unknown += 1,
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = server.shutdown().await;
+    latencies.sort();
+    let total = latencies.len() as f64;
+    println!(
+        "requests: {} in {elapsed:.1} s = {:.0} requests/s; accepted {n_accepted} ({:.0} trajectories/s), refused {n_refused} {:?}, no answer {n_unknown}",
+        latencies.len(),
+        total / elapsed,
+        (n_accepted as f64 * a.records as f64) / elapsed,
+        statuses
+    );
+    println!(
+        "latency: p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
+        percentile(&latencies, 90.0).as_secs_f64() * 1000.0,
+        percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
+        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
+    );
+
+    // The store against what the server answered.
+    let rows = match stored_tasks(&db).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: reading the store back: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let after = store.count_trajectories().await.unwrap_or(0);
+    store.close().await;
+    let stored: HashSet<&str> = rows.iter().map(|(t, _)| t.as_str()).collect();
+    let duplicated = rows.iter().filter(|(_, n)| *n > 1).count();
+    let missing = accepted
+        .iter()
+        .filter(|t| !stored.contains(t.as_str()))
+        .count();
+    let leaked = refused
+        .iter()
+        .filter(|t| stored.contains(t.as_str()))
+        .count();
+    let ok = missing == 0 && duplicated == 0 && leaked == 0;
+    println!(
+        "store: {} trajectories added ({} accepted); {missing} accepted ones missing, {duplicated} duplicated, {leaked} from refused requests stored: {}",
+        after.saturating_sub(before),
+        accepted.len(),
+        if ok { "consistent" } else { "INCONSISTENT" }
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
