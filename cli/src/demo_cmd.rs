@@ -15,7 +15,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tooltune_driver::{RunConfig, RunSummary, StopSignal};
 use tooltune_objectives::Objective;
-use tooltune_objectives::inflation::measure_text;
 use tooltune_optimizer::Budget;
 use tooltune_store::Store;
 
@@ -38,16 +37,8 @@ pub struct DemoArgs {
     /// Minibatch size of both searches.
     #[arg(long, default_value_t = 3)]
     minibatch: usize,
-    /// The agent's model: local (Qwen2.5-Coder-1.5B), local:fast (0.5B), or openai:MODEL@BASE_URL [default: the
-    /// config file's, else local]
-    #[arg(long, env = "TOOLTUNE_AGENT")]
-    model: Option<String>,
-    /// The reflector's model (default: the agent's).
-    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
-    reflector: Option<String>,
-    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
-    #[arg(long)]
-    api_key_env: Option<String>,
+    #[command(flatten)]
+    models: crate::llm_config::ModelArgs,
     /// Where the report goes (report.html and report.json).
     #[arg(long, default_value = "tooltune-report")]
     out: PathBuf,
@@ -114,25 +105,21 @@ fn bundled_suite() -> Result<PathBuf> {
     )
 }
 
-fn headline(s: &RunSummary, seed_description: &str) -> Headline {
-    let schema = serde_json::Value::Null;
-    let seed_inf = measure_text(seed_description, &s.target, &schema);
+fn headline(s: &RunSummary) -> Headline {
     let winner_description = s
         .winner_descriptions
         .get(&s.target)
         .cloned()
         .unwrap_or_default();
-    // The candidates carry inflation measured against the tool's real schema; prefer those.
+    // Every candidate carries its inflation measures, taken against the tool's real schema.
     let measured = |id: u32| {
         s.candidates
             .iter()
             .find(|c| c.id == id)
-            .map(|c| &c.inflation)
+            .map(|c| c.inflation.clone())
+            .unwrap_or_default()
     };
-    let seed_m = measured(0).cloned().unwrap_or(seed_inf);
-    let winner_m = measured(s.winner)
-        .cloned()
-        .unwrap_or_else(|| measure_text(&winner_description, &s.target, &schema));
+    let (seed_m, winner_m) = (measured(0), measured(s.winner));
     Headline {
         objective: s.objective.clone(),
         run_id: s.run_id.clone(),
@@ -203,9 +190,8 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
         args.budget
     );
     eprintln!("loading the models (fetched on first use)...");
-    let (agent, reflector) =
-        crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
-    let models = models(&agent, Some(&reflector), args.api_key_env.as_deref()).await?;
+    let (agent, reflector) = args.models.resolve(config)?;
+    let models = models(&agent, Some(&reflector), args.models.api_key_env.as_deref()).await?;
 
     let mut summaries = Vec::new();
     for objective in [Objective::TaskSuccess, Objective::SelectionRate] {
@@ -248,13 +234,9 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     let run_ids: Vec<String> = summaries.iter().map(|s| s.run_id.clone()).collect();
     let report = tooltune_report::Report::load(&store, &run_ids).await?;
     let (html, json) = tooltune_report::write(&report, &args.out)?;
-    let seed_description = suite_seed_description(&summaries, &target);
     let out = DemoOutput {
         suite: suite.name.clone(),
-        runs: summaries
-            .iter()
-            .map(|s| headline(s, &seed_description))
-            .collect(),
+        runs: summaries.iter().map(headline).collect(),
         report_html: html,
         report_json: json,
         wall_s: started.elapsed().as_secs_f64(),
@@ -271,15 +253,6 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The seed description, as the runs saw it (candidate 0).
-fn suite_seed_description(summaries: &[RunSummary], target: &str) -> String {
-    summaries
-        .iter()
-        .flat_map(|s| s.candidates.iter().filter(|c| c.id == 0))
-        .find_map(|c| c.descriptions.get(target).cloned())
-        .unwrap_or_default()
 }
 
 fn print_table(out: &DemoOutput) {

@@ -10,6 +10,28 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use tooltune_llm::{BackendConfig, BackendSpec};
 
+/// The model options of the commands that run the optimizer (`optimize`, `demo`).
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// The agent's model: local (Qwen2.5-Coder-1.5B), local:fast (0.5B), or openai:MODEL@BASE_URL [default: the
+    /// config file's, else local]
+    #[arg(long, env = "TOOLTUNE_AGENT")]
+    pub model: Option<String>,
+    /// The reflector's model [default: the config file's, else the agent's]
+    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
+    pub reflector: Option<String>,
+    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+}
+
+impl ModelArgs {
+    /// The agent's and the reflector's spec strings (see [`resolve`]).
+    pub fn resolve(&self, config: Option<&Path>) -> Result<(String, String)> {
+        resolve(config, self.model.as_deref(), self.reflector.as_deref())
+    }
+}
+
 /// The config file in use: the one given, else `config.toml` in the data directory when it exists.
 pub fn config_path(given: Option<&Path>) -> Result<Option<PathBuf>> {
     if let Some(p) = given {

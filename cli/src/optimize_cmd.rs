@@ -48,15 +48,8 @@ pub struct OptimizeArgs {
     /// Stop when the best validation score reaches this.
     #[arg(long)]
     score_threshold: Option<f64>,
-    /// The agent's model: local, local:fast, or openai:MODEL@BASE_URL [default: the config file's, else local]
-    #[arg(long, env = "TOOLTUNE_AGENT")]
-    model: Option<String>,
-    /// The reflector's model (default: the agent's).
-    #[arg(long, env = "TOOLTUNE_REFLECTOR")]
-    reflector: Option<String>,
-    /// Environment variable holding the API key of an OpenAI-compatible endpoint.
-    #[arg(long)]
-    api_key_env: Option<String>,
+    #[command(flatten)]
+    models: crate::llm_config::ModelArgs,
     /// A file whose appearance stops the run after its current step.
     #[arg(long)]
     stop_file: Option<PathBuf>,
@@ -215,7 +208,7 @@ pub async fn run(
         let models = models(
             &cfg.agent,
             Some(&cfg.reflector),
-            args.api_key_env.as_deref(),
+            args.models.api_key_env.as_deref(),
         )
         .await?;
         let (bar, on_event) = progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg));
@@ -246,8 +239,7 @@ pub async fn run(
             .objective
             .parse()
             .map_err(|e| anyhow::anyhow!("--objective {}: {e}", args.objective))?;
-        let (agent, reflector) =
-            crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
+        let (agent, reflector) = args.models.resolve(config)?;
         let cfg = RunConfig {
             suite: suite_path,
             tools,
@@ -271,7 +263,7 @@ pub async fn run(
         let models = models(
             &cfg.agent,
             Some(&cfg.reflector),
-            args.api_key_env.as_deref(),
+            args.models.api_key_env.as_deref(),
         )
         .await?;
         let (bar, on_event) = progress_printer(
@@ -346,9 +338,13 @@ pub fn print_summary(s: &RunSummary) {
             println!("      diagnosis: {}", one_line(d, 100));
         }
     }
-    let t = &s.test;
+    print_comparison(&s.test, "winner");
+}
+
+/// Seed against `other` on the held-out split: both metrics with intervals and the paired tests' p-values.
+fn print_comparison(t: &tooltune_driver::Comparison, other: &str) {
     println!("held-out {} split ({} tasks):", t.split, t.seed.tasks);
-    println!("                     seed                 winner");
+    println!("                     seed                 {other}");
     println!(
         "  task success       {:<20} {:<20} p = {:.3} (exact McNemar)",
         rate(&t.seed.success),
@@ -386,9 +382,8 @@ async fn from_traces(
         }
         None => None,
     };
-    let (agent, reflector) =
-        crate::llm_config::resolve(config, args.model.as_deref(), args.reflector.as_deref())?;
-    let models = models(&agent, Some(&reflector), args.api_key_env.as_deref()).await?;
+    let (agent, reflector) = args.models.resolve(config)?;
+    let models = models(&agent, Some(&reflector), args.models.api_key_env.as_deref()).await?;
     let cfg = tooltune_driver::FromTracesConfig {
         tool,
         since: args.since.clone(),
@@ -431,22 +426,8 @@ async fn from_traces(
             println!("proposal: {}", one_line(p, 110));
         }
         if let Some(v) = &s.validation {
-            println!(
-                "on the test split of {} ({} tasks):        seed      proposal",
-                v.suite, v.tasks
-            );
-            println!(
-                "  task success      {:<22} {:<22} p = {:.3}",
-                rate(&v.seed.success),
-                rate(&v.proposal.success),
-                v.success_p_value
-            );
-            println!(
-                "  selection rate    {:<22} {:<22} p = {:.3}",
-                rate(&v.seed.selection),
-                rate(&v.proposal.selection),
-                v.selection_p_value
-            );
+            println!("validated on {}:", v.suite);
+            print_comparison(&v.comparison, "proposal");
         }
         println!("verdict: {}", s.verdict);
     }

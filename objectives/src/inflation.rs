@@ -106,7 +106,7 @@ pub struct InflationCounts {
 }
 
 /// The inflation measures of one description.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InflationReport {
     /// Length in characters (Unicode scalar values).
     pub chars: usize,

@@ -7,15 +7,15 @@
 //! The verdict is what a cron job acts on: it is `improved` only when a suite was given and v2 beat the seed on
 //! the run's objective; an unvalidated proposal is reported as such, never as an improvement.
 
-use crate::{DriverError, Models, candidate_key};
+use crate::summary::{Comparison, compare};
+use crate::{DriverError, Models, candidate_key, facts_of};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
-use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, TaskResult, evaluate};
+use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, evaluate};
 use tooltune_evaluator::{McpServer, Split, Suite};
-use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
-use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
+use tooltune_objectives::{Objective, RolloutFacts, per_task_scores};
 use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
 use tooltune_store::Store;
 
@@ -41,26 +41,16 @@ pub struct FromTracesConfig {
     pub reflector: String,
 }
 
-/// Seed against proposal on a suite's test split.
+/// Seed against proposal on a suite's test split (`comparison.winner` is the proposal).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Validation {
     /// The suite's name.
     pub suite: String,
-    /// Test tasks compared.
-    pub tasks: usize,
-    /// The seed's metrics.
-    pub seed: Metrics,
-    /// The proposal's metrics.
-    pub proposal: Metrics,
-    /// Exact McNemar p-value on per-task success.
-    pub success_p_value: f64,
-    /// Paired permutation p-value on per-task selection.
-    pub selection_p_value: f64,
-    /// Paired permutation p-value on the objective.
-    pub objective_p_value: f64,
-    /// Mean objective score of the seed and of the proposal.
+    /// Both metrics of both descriptions and the paired tests.
+    pub comparison: Comparison,
+    /// Mean objective score of the seed over the test tasks.
     pub seed_mean: f64,
-    /// See `seed_mean`.
+    /// Mean objective score of the proposal over the test tasks.
     pub proposal_mean: f64,
 }
 
@@ -286,67 +276,17 @@ async fn run(
     };
     let seed_r = eval(seed_desc).await?;
     let v2_r = eval(v2_desc).await?;
-    let facts = |rs: &[TaskResult]| -> Result<Vec<RolloutFacts>, DriverError> {
-        rs.iter()
-            .map(|r| {
-                let f = RolloutFacts::new(
-                    r.task_id.clone(),
-                    r.owner.clone(),
-                    cfg.tool.clone(),
-                    r.success,
-                    r.score,
-                    r.called.clone(),
-                )?;
-                Ok(
-                    match r
-                        .first_call_probabilities
-                        .as_ref()
-                        .and_then(|p| p.get(&cfg.tool))
-                    {
-                        Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
-                        None => f,
-                    },
-                )
-            })
-            .collect()
+    let a = facts_of(&seed_r.tasks, &cfg.tool)?;
+    let b = facts_of(&v2_r.tasks, &cfg.tool)?;
+    let mean = |facts: &[RolloutFacts]| {
+        let scores = per_task_scores(cfg.objective, facts);
+        scores.values().sum::<f64>() / scores.len().max(1) as f64
     };
-    let a = facts(&seed_r.tasks)?;
-    let b = facts(&v2_r.tasks)?;
-    let pairs = |obj| {
-        let x = per_task_scores(obj, &a);
-        let y = per_task_scores(obj, &b);
-        x.iter()
-            .filter_map(|(k, v)| y.get(k).map(|w| (*v, *w)))
-            .collect::<Vec<_>>()
-    };
-    let mc = MonteCarlo {
-        permutations: 20_000,
-        seed: cfg.seed,
-    };
-    let mean = |v: &[(f64, f64)], second: bool| {
-        let n = v.len().max(1) as f64;
-        v.iter()
-            .map(|p| if second { p.1 } else { p.0 })
-            .sum::<f64>()
-            / n
-    };
-    let obj_pairs = pairs(cfg.objective);
     let validation = Validation {
         suite: suite.name.clone(),
-        tasks: obj_pairs.len(),
-        seed: Metrics::from_rollouts(&a),
-        proposal: Metrics::from_rollouts(&b),
-        success_p_value: mcnemar_exact(
-            pairs(Objective::TaskSuccess)
-                .into_iter()
-                .map(|(x, y)| (x >= 0.5, y >= 0.5))
-                .collect::<Vec<_>>(),
-        )
-        .p_value,
-        selection_p_value: paired_permutation(pairs(Objective::SelectionRate), mc)?.p_value,
-        objective_p_value: paired_permutation(obj_pairs.clone(), mc)?.p_value,
-        seed_mean: mean(&obj_pairs, false),
-        proposal_mean: mean(&obj_pairs, true),
+        comparison: compare(&a, &b, cfg.objective, cfg.seed)?,
+        seed_mean: mean(&a),
+        proposal_mean: mean(&b),
     };
     summary.verdict = if validation.proposal_mean > validation.seed_mean {
         "improved".into()

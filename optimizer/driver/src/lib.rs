@@ -198,6 +198,36 @@ pub fn candidate_key(descriptions: &Descriptions) -> String {
     )
 }
 
+/// The objective facts of evaluated tasks, with `target` as the tool whose selection is measured.
+pub(crate) fn facts_of(
+    results: &[TaskResult],
+    target: &str,
+) -> Result<Vec<RolloutFacts>, DriverError> {
+    results
+        .iter()
+        .map(|r| {
+            let f = RolloutFacts::new(
+                r.task_id.clone(),
+                r.owner.clone(),
+                target.to_string(),
+                r.success,
+                r.score,
+                r.called.clone(),
+            )?;
+            Ok(
+                match r
+                    .first_call_probabilities
+                    .as_ref()
+                    .and_then(|p| p.get(target))
+                {
+                    Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
+                    None => f,
+                },
+            )
+        })
+        .collect()
+}
+
 struct Ctx<'a> {
     store: &'a Store,
     run_id: String,
@@ -307,29 +337,7 @@ impl Ctx<'_> {
     }
 
     fn facts(&self, results: &[TaskResult]) -> Result<Vec<RolloutFacts>, DriverError> {
-        results
-            .iter()
-            .map(|r| {
-                let f = RolloutFacts::new(
-                    r.task_id.clone(),
-                    r.owner.clone(),
-                    self.cfg.target.clone(),
-                    r.success,
-                    r.score,
-                    r.called.clone(),
-                )?;
-                Ok(
-                    match r
-                        .first_call_probabilities
-                        .as_ref()
-                        .and_then(|p| p.get(&self.cfg.target))
-                    {
-                        Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
-                        None => f,
-                    },
-                )
-            })
-            .collect()
+        facts_of(results, &self.cfg.target)
     }
 
     async fn evaluate_action(

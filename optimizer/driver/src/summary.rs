@@ -5,7 +5,9 @@ use crate::{Ctx, DriverError, Event};
 use serde::{Deserialize, Serialize};
 use tooltune_evaluator::Split;
 use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
-use tooltune_objectives::{InflationReport, Metrics, inflation};
+use tooltune_objectives::{
+    InflationReport, Metrics, Objective, RolloutFacts, inflation, per_task_scores,
+};
 use tooltune_optimizer::{CandidateId, Descriptions, Origin, Search};
 
 /// One step of the winner's ancestry.
@@ -96,6 +98,39 @@ pub struct RunSummary {
     pub candidates: Vec<CandidateSummary>,
 }
 
+/// Seed against another candidate on the same tasks: both metrics, exact McNemar on per-task success, paired
+/// permutation tests on selection and on `objective` (seeded, so the p-values are reproducible).
+pub(crate) fn compare(
+    seed: &[RolloutFacts],
+    other: &[RolloutFacts],
+    objective: Objective,
+    rng_seed: u64,
+) -> Result<Comparison, DriverError> {
+    let pairs = |obj| {
+        let a = per_task_scores(obj, seed);
+        let b = per_task_scores(obj, other);
+        a.iter()
+            .filter_map(|(k, x)| b.get(k).map(|y| (*x, *y)))
+            .collect::<Vec<_>>()
+    };
+    let mc = MonteCarlo {
+        permutations: 20_000,
+        seed: rng_seed,
+    };
+    let success_pairs = pairs(Objective::TaskSuccess)
+        .into_iter()
+        .map(|(x, y)| (x >= 0.5, y >= 0.5))
+        .collect::<Vec<_>>();
+    Ok(Comparison {
+        split: "test".into(),
+        seed: Metrics::from_rollouts(seed),
+        winner: Metrics::from_rollouts(other),
+        success_p_value: mcnemar_exact(success_pairs).p_value,
+        selection_p_value: paired_permutation(pairs(Objective::SelectionRate), mc)?.p_value,
+        objective_p_value: paired_permutation(pairs(objective), mc)?.p_value,
+    })
+}
+
 fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
     match o {
         Origin::Seed => ("seed".into(), None, None),
@@ -134,38 +169,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     let seed_facts = ctx.facts(&seed_results)?;
     let best_facts = ctx.facts(&best_results)?;
     let objective = ctx.cfg.objective;
-    let per = |facts, obj| tooltune_objectives::per_task_scores(obj, facts);
-    let pairs = |a: &std::collections::BTreeMap<String, f64>,
-                 b: &std::collections::BTreeMap<String, f64>| {
-        a.iter()
-            .filter_map(|(k, x)| b.get(k).map(|y| (*x, *y)))
-            .collect::<Vec<_>>()
-    };
-    let mc = MonteCarlo {
-        permutations: 20_000,
-        seed: ctx.cfg.seed,
-    };
-    let p_of = |obj| -> Result<f64, DriverError> {
-        let a = per(&seed_facts, obj);
-        let b = per(&best_facts, obj);
-        Ok(paired_permutation(pairs(&a, &b), mc)?.p_value)
-    };
-    let success_pairs = {
-        let a = per(&seed_facts, tooltune_objectives::Objective::TaskSuccess);
-        let b = per(&best_facts, tooltune_objectives::Objective::TaskSuccess);
-        pairs(&a, &b)
-            .into_iter()
-            .map(|(x, y)| (x >= 0.5, y >= 0.5))
-            .collect::<Vec<_>>()
-    };
-    let test = Comparison {
-        split: "test".into(),
-        seed: Metrics::from_rollouts(&seed_facts),
-        winner: Metrics::from_rollouts(&best_facts),
-        success_p_value: mcnemar_exact(success_pairs).p_value,
-        selection_p_value: p_of(tooltune_objectives::Objective::SelectionRate)?,
-        objective_p_value: p_of(objective)?,
-    };
+    let test = compare(&seed_facts, &best_facts, objective, ctx.cfg.seed)?;
     ctx.emit(Event::Evaluated {
         candidate: best.id.0,
         phase: "test".into(),
