@@ -44,6 +44,16 @@ pub enum ReportError {
     /// A run id that is not in the store.
     #[error("no run `{0}` in the store")]
     NoSuchRun(String),
+    /// A run that is not an optimisation (a batch `from-traces` run holds one proposal, no search to chart).
+    #[error(
+        "run `{id}` is a `{kind}` run, not an optimisation: its result is in `tooltune optimize --from-traces --json` and the store"
+    )]
+    NotAnOptimization {
+        /// The run.
+        id: String,
+        /// Its kind.
+        kind: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] tooltune_store::StoreError),
@@ -81,6 +91,12 @@ impl Report {
                 .run(id)
                 .await?
                 .ok_or_else(|| ReportError::NoSuchRun(id.clone()))?;
+            if row.kind != "optimize" {
+                return Err(ReportError::NotAnOptimization {
+                    id: id.clone(),
+                    kind: row.kind,
+                });
+            }
             let events = store.events(id, -1).await?;
             let schema = if row.result.is_none() {
                 target_schema(store, &row).await?

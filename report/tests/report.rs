@@ -530,4 +530,16 @@ async fn unknown_runs_and_no_runs_are_errors() {
         .expect_err("unknown run");
     assert!(err.to_string().contains("nope"), "{err}");
     assert!(Report::load(&store, &[]).await.is_err());
+    // A batch run from traces has no search to chart: refused by name and kind, not drawn as an empty run.
+    store
+        .create_run("ft-1", "from-traces", None, "success", "{}")
+        .await
+        .expect("create run");
+    let err = Report::load(&store, &["ft-1".to_string()])
+        .await
+        .expect_err("a from-traces run");
+    assert!(
+        err.to_string().contains("ft-1") && err.to_string().contains("from-traces"),
+        "{err}"
+    );
 }

@@ -118,7 +118,11 @@ impl Jobs {
         let mut rows = self.0.store.runs(100_000).await?;
         rows.reverse();
         for row in rows {
-            if row.status == "running" && !self.active().contains_key(&row.id) {
+            // Only optimisation runs are jobs; a batch `from-traces` run is one short command, not resumable here.
+            if row.kind == "optimize"
+                && row.status == "running"
+                && !self.active().contains_key(&row.id)
+            {
                 self.spawn(row.id.clone());
                 ids.push(row.id);
             }
