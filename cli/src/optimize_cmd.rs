@@ -315,6 +315,15 @@ pub fn print_summary(s: &RunSummary) {
         s.run_id, s.objective, s.stop_reason, s.rollouts, s.reflection_tokens, s.wall_s
     );
     println!("winner c{} — `{}`:", s.winner, s.target);
+    if let Some(c) = s.candidates.iter().find(|c| c.id == s.winner)
+        && let (Some(r), Some(t), Some(k)) = (
+            c.found_at_rollouts,
+            c.found_at_seconds,
+            c.found_at_reflection_tokens,
+        )
+    {
+        println!("  found after {r} rollouts, {t:.0} s and {k} reflection tokens");
+    }
     println!(
         "  {}",
         s.winner_descriptions

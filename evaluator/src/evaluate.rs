@@ -317,13 +317,14 @@ pub async fn evaluate(
                     server,
                     timeout: opts.call_timeout,
                 };
-                let t0 = Instant::now();
                 let rollouts =
                     run_rollouts(model, &adapter, &tools, &rollout_tasks, &opts.host).await;
-                let wall = t0.elapsed().as_secs_f64();
                 let tool_s: f64 = rollouts.iter().map(|r| r.tool_time.as_secs_f64()).sum();
                 timings.tools_s += tool_s;
-                timings.model_s += (wall - tool_s).max(0.0);
+                timings.model_s += rollouts
+                    .iter()
+                    .map(|r| r.model_time.as_secs_f64())
+                    .fold(0.0, f64::max);
                 if rollouts.iter().any(|r| r.infra_failure.is_some()) && !server.is_alive().await {
                     // The next chunk needs a live server; the failed rollouts stay marked as infrastructure errors.
                     let _ = server.restart().await;

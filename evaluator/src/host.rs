@@ -40,6 +40,10 @@ pub struct HostConfig {
     pub temperature: f32,
     /// Seed for sampling.
     pub seed: Option<u64>,
+    /// The user message that tells the model, once it has used its last tool-calling turn, to answer now.
+    /// The tools stay in the prompt (calls are ruled out by `ToolChoice::None`), so without this note a
+    /// small model writes its next call out as text instead of answering. It names no tool.
+    pub final_turn_note: String,
     /// Tool results longer than this many characters are cut before they go back to the model (the stored
     /// trajectory keeps them whole), so one huge file cannot blow the context.
     pub max_result_chars: usize,
@@ -55,6 +59,10 @@ impl Default for HostConfig {
             max_tokens: 256,
             temperature: 0.0,
             seed: None,
+            final_turn_note:
+                "You cannot call any more tools. Using what you found so far, reply with the \
+                              final answer only."
+                    .to_string(),
             max_result_chars: 4000,
         }
     }
@@ -82,6 +90,9 @@ pub struct Rollout {
     pub elapsed: Duration,
     /// Time spent waiting for tool calls.
     pub tool_time: Duration,
+    /// Wall time of the model rounds this rollout took part in (rounds are shared by all rollouts advancing
+    /// together, so across a batch the largest of these is the batch's time in the model).
+    pub model_time: Duration,
 }
 
 struct Live {
@@ -92,7 +103,10 @@ struct Live {
     final_answer: Option<String>,
     failure: Option<InfraFailure>,
     done: bool,
+    told_to_answer: bool,
     tool_time: Duration,
+    model_time: Duration,
+    call_ids: std::collections::HashSet<String>,
 }
 
 /// Runs every task to its end against `server`, with `tools` (already carrying the candidate's descriptions) as
@@ -118,7 +132,10 @@ pub async fn run_rollouts(
             final_answer: None,
             failure: None,
             done: false,
+            told_to_answer: false,
             tool_time: Duration::ZERO,
+            model_time: Duration::ZERO,
+            call_ids: Default::default(),
         })
         .collect();
     loop {
@@ -126,11 +143,21 @@ pub async fn run_rollouts(
         if active.is_empty() {
             break;
         }
+        for &i in &active {
+            let l = &mut live[i];
+            // Past the step limit the model must answer without tools, and is told so once.
+            if l.model_turns >= tasks[i].max_steps && !l.told_to_answer {
+                l.told_to_answer = true;
+                l.messages.push(Message::user(cfg.final_turn_note.clone()));
+                l.steps.push(Step::User {
+                    content: cfg.final_turn_note.clone(),
+                });
+            }
+        }
         let requests: Vec<ChatRequest> = active
             .iter()
             .map(|&i| {
                 let l = &live[i];
-                // Past the step limit the model must answer without tools.
                 let out_of_steps = l.model_turns >= tasks[i].max_steps;
                 ChatRequest {
                     messages: l.messages.clone(),
@@ -156,6 +183,10 @@ pub async fn run_rollouts(
         );
         // Turns decoded together share one wall time; each is charged its share.
         let per_turn_ms = t0.elapsed().as_secs_f64() * 1000.0 / active.len().max(1) as f64;
+        let round = t0.elapsed();
+        for &i in &active {
+            live[i].model_time += round;
+        }
         for (&i, response) in active.iter().zip(responses) {
             let l = &mut live[i];
             l.model_turns += 1;
@@ -180,13 +211,19 @@ pub async fn run_rollouts(
                 .tool_calls
                 .iter()
                 .enumerate()
-                .map(|(k, c)| ToolCall {
-                    id: Some(
+                .map(|(k, c)| {
+                    // Backends number calls per turn (the local one writes `call_0` every turn), so an id
+                    // seen earlier in this rollout is replaced: results must point at exactly one call.
+                    let id =
                         c.id.clone()
-                            .unwrap_or_else(|| format!("call_{}_{k}", l.model_turns)),
-                    ),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
+                            .filter(|id| !l.call_ids.contains(id))
+                            .unwrap_or_else(|| format!("call_{}_{k}", l.model_turns));
+                    l.call_ids.insert(id.clone());
+                    ToolCall {
+                        id: Some(id),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    }
                 })
                 .collect();
             l.steps.push(Step::Model {
@@ -280,6 +317,7 @@ pub async fn run_rollouts(
                 infra_failure: l.failure,
                 elapsed,
                 tool_time: l.tool_time,
+                model_time: l.model_time,
             }
         })
         .collect()

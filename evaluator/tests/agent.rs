@@ -79,15 +79,14 @@ async fn reference_task_over_stdio_and_http() {
         let t = &r.tasks[0];
         assert_eq!(t.infra_failure, None, "{name}");
         // The lecture's run: read_file first, on notes.txt, then the calculator on what it read. Whether the 1.5B
-        // then adds up all four numbers (69504) is the model's behaviour, reported by the check, not asserted:
-        // in our runs it summed two of them and repeated the call (see the issue note).
+        // then adds up all four numbers (69504), or answers at all, is the model's behaviour, reported by the
+        // check, not asserted: in our runs it summed two of them and repeated the call (see the issue note).
         assert_eq!(
             t.called.first().map(String::as_str),
             Some("read_file"),
             "{name}: {t:?}"
         );
         assert!(t.called.iter().any(|c| c == "calculator"), "{name}: {t:?}");
-        assert!(t.final_answer.is_some(), "{name}: no final answer");
         assert_eq!(
             t.success,
             t.final_answer.as_deref().unwrap_or("").contains("69504"),
@@ -112,6 +111,16 @@ async fn reference_task_over_stdio_and_http() {
             "{name}: {:?}",
             stored.steps
         );
+        // Every call has its own id, so each result answers exactly one call.
+        let mut ids = std::collections::HashSet::new();
+        for s in &stored.steps {
+            if let tooltune_core::Step::Model { tool_calls, .. } = s {
+                for c in tool_calls {
+                    let id = c.id.clone().expect("the host gives every call an id");
+                    assert!(ids.insert(id.clone()), "{name}: call id {id} repeated");
+                }
+            }
+        }
     }
     http.shutdown().await;
     http_proc.kill();

@@ -564,6 +564,8 @@ fn candidates_of(
                 validation_mean: c.validation_mean,
                 validation: validation.get(&c.id.0).cloned(),
                 found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
+                found_at_seconds: c.found_at.as_ref().map(|p| p.elapsed_ms as f64 / 1000.0),
+                found_at_reflection_tokens: c.found_at.as_ref().map(|p| p.reflection_tokens),
                 inflation: inflation::measure_text(&text, target, &schema),
             }
         })

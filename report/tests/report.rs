@@ -98,6 +98,8 @@ fn candidate(
         validation_mean: validation.as_ref().and_then(|m| m.success.value),
         validation,
         found_at_rollouts: Some(u64::from(id) * 10 + 8),
+        found_at_seconds: Some(f64::from(id) * 30.0),
+        found_at_reflection_tokens: Some(u64::from(id) * 500),
         inflation: measure_text(text, "search_docs", &schema()),
     }
 }

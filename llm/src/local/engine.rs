@@ -5,8 +5,15 @@
 //! - sequence 0 holds the *prefix cache*: the tokens of the last prompt (or of the prefix shared by the
 //!   last group of prompts). A new prompt reuses the longest common token prefix and decodes only the rest,
 //!   so a suite of tasks with the same system text and tool list pays for that prefix once;
-//! - sequences 1.. are scratch: for scoring, one per candidate tool name, and for `chat_many`, one per
-//!   request decoded in parallel. Each starts as a copy of sequence 0 and is cleared after the job.
+//! - sequences `1..=N_SLOTS` are *session slots*, one per conversation being generated. A slot keeps its
+//!   conversation's tokens (prompt and everything generated) after the reply, so the conversation's next
+//!   turn, which repeats all of that and adds a tool result, decodes only the tool result. A scored prompt
+//!   is also kept in a slot, so the chat turn that follows scoring starts from it. At the start of each
+//!   job, slots that none of its prompts continues are dropped: every decode attends over all occupied
+//!   cells, so stale ones would slow every later token. (Two callers interleaving jobs on one model lose
+//!   the reuse, not correctness.);
+//! - the sequences after the slots are scratch for scoring, one per candidate tool name, each a copy of
+//!   sequence 0, cleared after the job.
 
 use super::LocalStats;
 use super::grammar::tool_call_schema;
@@ -19,6 +26,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use std::collections::HashMap;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -26,8 +34,12 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use tooltune_core::{ToolCall, Usage};
 
-/// Sequences in the context: the prefix cache plus scratch sequences.
-pub(crate) const N_SEQ: usize = 16;
+/// Session slots (sequences `1..=N_SLOTS`).
+pub(crate) const N_SLOTS: usize = 16;
+/// Scratch sequences for scoring candidates, after the slots.
+const N_SCRATCH: usize = 16;
+/// Sequences in the context: the prefix cache, the session slots and the scoring scratch.
+pub(crate) const N_SEQ: usize = 1 + N_SLOTS + N_SCRATCH;
 
 /// What the async side asks of the worker.
 pub(crate) enum Job {
@@ -70,6 +82,13 @@ pub(crate) struct Engine<'m> {
     prefix_reuse: bool,
     stats: Arc<Mutex<LocalStats>>,
     grammars: HashMap<String, String>,
+    /// Tokens whose KV entries are in each session slot (slot `i` is sequence `i + 1`), at positions
+    /// `0..len`. Empty = free.
+    slots: Vec<Vec<LlamaToken>>,
+    /// The job that last used each slot.
+    slot_used: Vec<u64>,
+    /// Jobs served so far.
+    jobs: u64,
 }
 
 /// One token to decode.
@@ -172,12 +191,15 @@ impl TokenSampler {
 /// One request being generated.
 struct SeqState {
     seq: usize,
+    /// The session slot (`seq - 1`), whose token list grows with every token fed.
+    slot: usize,
     pos: usize,
     prompt_len: usize,
     sampler: TokenSampler,
     mode: Mode,
     grammar: Option<String>,
     required: bool,
+    forbid_calls: bool,
     temperature: f32,
     seed: u32,
     text: Vec<u8>,
@@ -194,6 +216,8 @@ struct Prepared {
     tokens: Vec<LlamaToken>,
     grammar: Option<String>,
     required: bool,
+    /// Tools are in the prompt but must not be called: the tool-call token is banned.
+    forbid_calls: bool,
     max_tokens: u32,
     temperature: f32,
     seed: u32,
@@ -234,16 +258,20 @@ impl<'m> Engine<'m> {
             quote_tokens,
             n_ctx,
             n_batch,
-            n_parallel: n_parallel.clamp(1, N_SEQ - 1),
+            n_parallel: n_parallel.clamp(1, N_SLOTS),
             prefix_reuse,
             stats,
             grammars: HashMap::new(),
+            slots: vec![Vec::new(); N_SLOTS],
+            slot_used: vec![0; N_SLOTS],
+            jobs: 0,
         }
     }
 
     /// Serves jobs until the channel closes (the `LocalModel` was dropped).
     pub(crate) fn run(mut self, rx: Receiver<Job>) {
         while let Ok(job) = rx.recv() {
+            self.jobs += 1;
             match job {
                 Job::Chat { reqs, reply } => {
                     let out = self.chat_many(&reqs);
@@ -254,6 +282,10 @@ impl<'m> Engine<'m> {
                     candidates,
                     reply,
                 } => {
+                    if let Err(e) = self.drop_stale_slots(&[]) {
+                        tracing::warn!("{e}");
+                        self.reset();
+                    }
                     let out = reqs.iter().map(|r| self.score(r, &candidates)).collect();
                     let _ = reply.send(out);
                 }
@@ -277,15 +309,133 @@ impl<'m> Engine<'m> {
     fn reset(&mut self) {
         self.ctx.clear_kv_cache();
         self.cache.clear();
+        for s in &mut self.slots {
+            s.clear();
+        }
     }
 
+    /// Clears the first `n` scoring scratch sequences.
     fn clear_scratch(&mut self, n: usize) -> Result<(), LlmError> {
-        for s in 1..=n {
+        for s in N_SLOTS + 1..=N_SLOTS + n {
             self.ctx
                 .clear_kv_cache_seq(Some(s as u32), None, None)
                 .map_err(|e| self.err(format!("clearing sequence {s}: {e}")))?;
         }
         Ok(())
+    }
+
+    /// How many leading tokens of `tokens` slot `i` already holds, leaving at least the last token to decode
+    /// (its logits are needed).
+    fn slot_reuse(&self, i: usize, tokens: &[LlamaToken]) -> usize {
+        if !self.prefix_reuse {
+            return 0;
+        }
+        common_prefix(&self.slots[i], tokens).min(tokens.len().saturating_sub(1))
+    }
+
+    fn free_slot(&mut self, i: usize) -> Result<(), LlmError> {
+        if !self.slots[i].is_empty() {
+            self.ctx
+                .clear_kv_cache_seq(Some(i as u32 + 1), None, None)
+                .map_err(|e| self.err(format!("clearing slot {}: {e}", i + 1)))?;
+            self.slots[i].clear();
+        }
+        Ok(())
+    }
+
+    /// Drops the slots that none of `prompts` continues beyond what sequence 0 or the other prompts would
+    /// give it anyway.
+    fn drop_stale_slots(&mut self, prompts: &[&[LlamaToken]]) -> Result<(), LlmError> {
+        let base: Vec<usize> = prompts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let with_others = prompts
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != k)
+                    .map(|(_, q)| common_prefix(p, q))
+                    .chain(std::iter::once(common_prefix(p, &self.cache)))
+                    .max()
+                    .unwrap_or(0);
+                self.boundary_at_or_below(p, with_others)
+            })
+            .collect();
+        for i in 0..N_SLOTS {
+            if self.slots[i].is_empty() {
+                continue;
+            }
+            let wanted = prompts
+                .iter()
+                .zip(&base)
+                .any(|(p, &b)| self.slot_reuse(i, p) > b);
+            if !wanted {
+                self.free_slot(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The free slot (not in `taken`) holding most of `tokens`, trimmed to that much, when it holds at
+    /// least `at_least` tokens. Returns the slot and how many tokens of `tokens` it holds.
+    fn continue_slot(
+        &mut self,
+        tokens: &[LlamaToken],
+        at_least: usize,
+        taken: &mut [bool],
+    ) -> Result<Option<(usize, usize)>, LlmError> {
+        let best = (0..N_SLOTS)
+            .filter(|&i| !taken[i])
+            .map(|i| (self.slot_reuse(i, tokens), i))
+            .max_by_key(|&(reuse, i)| (reuse, std::cmp::Reverse(i)));
+        let Some((reuse, i)) = best.filter(|&(reuse, _)| reuse > 0 && reuse >= at_least) else {
+            return Ok(None);
+        };
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let show = |t: &[LlamaToken]| {
+                t.iter()
+                    .map(|&x| format!("{:?}", String::from_utf8_lossy(&self.piece(x))))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let a = reuse.saturating_sub(2);
+            tracing::trace!(
+                held = show(&self.slots[i][a..(reuse + 8).min(self.slots[i].len())]),
+                prompt = show(&tokens[a..(reuse + 8).min(tokens.len())]),
+                "where a prompt leaves its slot",
+            );
+        }
+        self.ctx
+            .clear_kv_cache_seq(Some(i as u32 + 1), Some(reuse as u32), None)
+            .map_err(|e| self.err(format!("trimming slot {}: {e}", i + 1)))?;
+        self.slots[i].truncate(reuse);
+        taken[i] = true;
+        self.slot_used[i] = self.jobs;
+        Ok(Some((i, reuse)))
+    }
+
+    /// A fresh slot (free, else the least recently used not in `taken`) holding a copy of the first `shared`
+    /// tokens of sequence 0, which must be `tokens[..shared]`.
+    fn fresh_slot(
+        &mut self,
+        tokens: &[LlamaToken],
+        shared: usize,
+        taken: &mut [bool],
+    ) -> Result<usize, LlmError> {
+        let i = (0..N_SLOTS)
+            .filter(|&i| !taken[i])
+            .min_by_key(|&i| (!self.slots[i].is_empty(), self.slot_used[i], i))
+            .ok_or_else(|| self.err("no free session slot"))?;
+        self.free_slot(i)?;
+        if shared > 0 {
+            self.ctx
+                .copy_kv_cache_seq(0, i as i32 + 1, Some(0), Some(shared as u32))
+                .map_err(|e| self.err(format!("copying the prefix to slot {}: {e}", i + 1)))?;
+        }
+        self.slots[i] = tokens[..shared].to_vec();
+        taken[i] = true;
+        self.slot_used[i] = self.jobs;
+        Ok(i)
     }
 
     fn tokenize(&self, text: &str, whole_prompt: bool) -> Vec<LlamaToken> {
@@ -412,7 +562,10 @@ impl<'m> Engine<'m> {
             from = to;
         }
         if let Ok(mut s) = self.stats.lock() {
-            s.prompt_tokens_reused += keep as u64;
+            // A chat group's shared prefix is counted per request by `run_group`.
+            if want_logits {
+                s.prompt_tokens_reused += keep as u64;
+            }
             s.prompt_tokens_decoded += (tokens.len() - keep) as u64;
             s.prefill_seconds += started.elapsed().as_secs_f64();
         }
@@ -472,11 +625,11 @@ impl<'m> Engine<'m> {
         let quotes = std::mem::take(&mut self.quote_tokens);
         let order: Vec<usize> = (0..cands.len()).collect();
         let mut result = Ok(());
-        for group in order.chunks(N_SEQ - 1) {
+        for group in order.chunks(N_SCRATCH) {
             let mut entries = Vec::new();
             let mut owner = Vec::new();
             for (j, &ci) in group.iter().enumerate() {
-                let seq = j + 1;
+                let seq = N_SLOTS + 1 + j;
                 self.ctx
                     .copy_kv_cache_seq(0, seq as i32, Some(0), Some(n as u32))
                     .map_err(|e| self.err(format!("copying the prompt to sequence {seq}: {e}")))?;
@@ -515,6 +668,10 @@ impl<'m> Engine<'m> {
         }
         self.quote_tokens = quotes;
         result?;
+        // The chat turn that usually follows (the same prompt, without the name prefix) starts from here.
+        if self.prefix_reuse {
+            self.fresh_slot(&tokens, n, &mut [false; N_SLOTS])?;
+        }
         if let Ok(mut s) = self.stats.lock() {
             s.scoring_calls += 1;
             s.scoring_seconds += started.elapsed().as_secs_f64();
@@ -548,9 +705,11 @@ impl<'m> Engine<'m> {
     }
 
     fn prepare(&mut self, req: &ChatRequest) -> Result<Prepared, LlmError> {
+        // With `ToolChoice::None` the tools stay in the prompt, as hosted APIs keep them: the conversation
+        // the model sees does not change under it, and the prompt still continues the cached earlier turns.
+        // Calls are then ruled out at sampling (see `forbid_calls`).
         let use_tools = !req.tools.is_empty() && req.tool_choice != ToolChoice::None;
-        let tools: &[tooltune_core::ToolSpec] = if use_tools { &req.tools } else { &[] };
-        let mut text = self.template.render(&req.messages, tools, true)?;
+        let mut text = self.template.render(&req.messages, &req.tools, true)?;
         let required = use_tools && req.tool_choice == ToolChoice::Required;
         if required {
             text.push_str("<tool_call>\n");
@@ -571,6 +730,7 @@ impl<'m> Engine<'m> {
             tokens,
             grammar,
             required,
+            forbid_calls: !req.tools.is_empty() && !use_tools,
             max_tokens: req.max_tokens.max(1),
             temperature: req.temperature,
             seed: req.seed.unwrap_or(0) as u32,
@@ -582,6 +742,7 @@ impl<'m> Engine<'m> {
         grammar: Option<&str>,
         temperature: f32,
         seed: u32,
+        forbid_calls: bool,
     ) -> Result<TokenSampler, LlmError> {
         let grammar = match grammar {
             Some(g) => Some(
@@ -590,11 +751,20 @@ impl<'m> Engine<'m> {
             ),
             None => None,
         };
-        let base = if temperature > 0.0 {
-            LlamaSampler::chain_simple([LlamaSampler::temp(temperature), LlamaSampler::dist(seed)])
+        let mut chain = Vec::new();
+        if forbid_calls && let Some(open) = self.tool_call_open {
+            chain.push(LlamaSampler::logit_bias(
+                self.model.n_vocab(),
+                &[LlamaLogitBias::new(open, f32::NEG_INFINITY)],
+            ));
+        }
+        if temperature > 0.0 {
+            chain.push(LlamaSampler::temp(temperature));
+            chain.push(LlamaSampler::dist(seed));
         } else {
-            LlamaSampler::greedy()
-        };
+            chain.push(LlamaSampler::greedy());
+        }
+        let base = LlamaSampler::chain_simple(chain);
         Ok(TokenSampler { base, grammar })
     }
 
@@ -607,6 +777,11 @@ impl<'m> Engine<'m> {
                 Ok(p) => ready.push((i, p)),
                 Err(e) => out[i] = Some(Err(e)),
             }
+        }
+        let prompts: Vec<&[LlamaToken]> = ready.iter().map(|(_, p)| p.tokens.as_slice()).collect();
+        if let Err(e) = self.drop_stale_slots(&prompts) {
+            tracing::warn!("{e}");
+            self.reset();
         }
         // Groups share the KV cache: keep each group's worst case (prompts plus all generated tokens)
         // inside the context.
@@ -650,33 +825,58 @@ impl<'m> Engine<'m> {
         &mut self,
         group: &[(usize, Prepared)],
     ) -> Result<Vec<Result<ChatResponse, LlmError>>, LlmError> {
-        let min_len = group.iter().map(|(_, p)| p.tokens.len()).min().unwrap_or(0);
-        let mut shared = group
-            .iter()
-            .map(|(_, p)| common_prefix(&group[0].1.tokens, &p.tokens))
-            .min()
-            .unwrap_or(0);
-        shared = shared.min(min_len.saturating_sub(1));
-        shared = self.boundary_at_or_below(&group[0].1.tokens, shared);
-        self.sync_seq0(&group[0].1.tokens[..shared], false)?;
+        // Requests that continue a conversation kept in a slot start from it, when it holds at least what
+        // sequence 0 would give them without decoding anything.
+        let mut taken = [false; N_SLOTS];
+        let mut plan: Vec<Option<(usize, usize)>> = Vec::with_capacity(group.len());
+        for (_, p) in group {
+            let in_seq0 = if self.prefix_reuse {
+                let c = common_prefix(&self.cache, &p.tokens).min(p.tokens.len().saturating_sub(1));
+                self.boundary_at_or_below(&p.tokens, c)
+            } else {
+                0
+            };
+            plan.push(self.continue_slot(&p.tokens, in_seq0, &mut taken)?);
+        }
+        // The others start from sequence 0, brought to the longest prefix they share at a message boundary.
+        let rest: Vec<usize> = (0..group.len()).filter(|&j| plan[j].is_none()).collect();
+        if let Some(&first) = rest.first() {
+            let first_tokens = &group[first].1.tokens;
+            let mut shared = rest
+                .iter()
+                .map(|&j| {
+                    let t = &group[j].1.tokens;
+                    common_prefix(first_tokens, t).min(t.len().saturating_sub(1))
+                })
+                .min()
+                .unwrap_or(0);
+            shared = self.boundary_at_or_below(first_tokens, shared);
+            self.sync_seq0(&first_tokens[..shared], false)?;
+            for &j in &rest {
+                let slot = self.fresh_slot(&group[j].1.tokens, shared, &mut taken)?;
+                plan[j] = Some((slot, shared));
+            }
+        }
 
         let mut states = Vec::with_capacity(group.len());
         let mut entries = Vec::new();
+        let mut state_of_entry = Vec::new();
+        let mut reused = 0u64;
         for (j, (_, p)) in group.iter().enumerate() {
-            let seq = j + 1;
-            if shared > 0 {
-                self.ctx
-                    .copy_kv_cache_seq(0, seq as i32, Some(0), Some(shared as u32))
-                    .map_err(|e| self.err(format!("copying the prefix to sequence {seq}: {e}")))?;
-            }
-            for (k, &token) in p.tokens[shared..].iter().enumerate() {
+            let (slot, from) = plan[j].ok_or_else(|| self.err("a request got no slot"))?;
+            let seq = slot + 1;
+            reused += from as u64;
+            tracing::debug!(slot, from, len = p.tokens.len(), "chat prompt");
+            for (k, &token) in p.tokens[from..].iter().enumerate() {
                 entries.push(Entry {
                     token,
-                    pos: shared + k,
+                    pos: from + k,
                     seq,
-                    logits: shared + k + 1 == p.tokens.len(),
+                    logits: from + k + 1 == p.tokens.len(),
                 });
+                state_of_entry.push(j);
             }
+            self.slots[slot].extend_from_slice(&p.tokens[from..]);
             let mode = if p.required { Mode::Call } else { Mode::Free };
             let g = if p.required {
                 p.grammar.as_deref()
@@ -685,11 +885,13 @@ impl<'m> Engine<'m> {
             };
             states.push(SeqState {
                 seq,
+                slot,
                 pos: p.tokens.len(),
                 prompt_len: p.tokens.len(),
-                sampler: self.sampler(g, p.temperature, p.seed)?,
+                sampler: self.sampler(g, p.temperature, p.seed, p.forbid_calls)?,
                 mode,
                 grammar: p.grammar.clone(),
+                forbid_calls: p.forbid_calls,
                 required: p.required,
                 temperature: p.temperature,
                 seed: p.seed,
@@ -703,14 +905,13 @@ impl<'m> Engine<'m> {
             });
         }
         let started = Instant::now();
-        let seq_of_entry: Vec<usize> = entries.iter().map(|e| e.seq).collect();
         decode_entries(
             &mut self.ctx,
             &mut self.batch,
             self.n_batch,
             &entries,
             |ctx, e, idx| {
-                let st = &mut states[seq_of_entry[e] - 1];
+                let st = &mut states[state_of_entry[e]];
                 st.next = Some(st.sampler.sample(ctx, idx));
                 Ok(())
             },
@@ -718,6 +919,7 @@ impl<'m> Engine<'m> {
         )?;
         let suffix_tokens = entries.len();
         if let Ok(mut s) = self.stats.lock() {
+            s.prompt_tokens_reused += reused;
             s.prompt_tokens_decoded += suffix_tokens as u64;
             s.prefill_seconds += started.elapsed().as_secs_f64();
         }
@@ -728,7 +930,12 @@ impl<'m> Engine<'m> {
         let mut generated_total = 0u64;
         loop {
             let mut entries = Vec::new();
-            for st in states.iter_mut().filter(|s| s.done.is_none()) {
+            let mut state_of_entry = Vec::new();
+            for (j, st) in states
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, s)| s.done.is_none())
+            {
                 let Some(t) = st.next.take() else {
                     st.done = Some(Ok(FinishReason::Stop));
                     continue;
@@ -753,8 +960,36 @@ impl<'m> Engine<'m> {
                             continue;
                         }
                         st.mode = Mode::Free;
-                        st.sampler = self.sampler(None, st.temperature, st.seed)?;
-                        nl_close.clone()
+                        st.sampler =
+                            self.sampler(None, st.temperature, st.seed, st.forbid_calls)?;
+                        // The template writes the call as `...}}\n</tool_call>`, where the tokenizer merges
+                        // the JSON's last token with the newline. Re-feeding that token merged keeps the slot
+                        // token-for-token equal to the next turn's prompt, so that turn reuses it whole.
+                        let last = self.slots[st.slot].last().copied();
+                        match last {
+                            Some(last) => {
+                                let mut text = self.piece(last);
+                                text.extend_from_slice(b"\n</tool_call>");
+                                let merged = self.model.vocab().tokenize(&text, false, true);
+                                if merged.first() == Some(&last) {
+                                    nl_close.clone()
+                                } else {
+                                    st.pos -= 1;
+                                    self.slots[st.slot].pop();
+                                    self.ctx
+                                        .clear_kv_cache_seq(
+                                            Some(st.seq as u32),
+                                            Some(st.pos as u32),
+                                            None,
+                                        )
+                                        .map_err(|e| {
+                                            self.err(format!("re-feeding the call's end: {e}"))
+                                        })?;
+                                    merged
+                                }
+                            }
+                            None => nl_close.clone(),
+                        }
                     }
                     Mode::Call => {
                         st.call.extend(self.piece(t));
@@ -773,8 +1008,12 @@ impl<'m> Engine<'m> {
                         // the way small models often do, as a fenced or bare JSON object. Either way
                         // the call is rewritten into the trained format and constrained by the grammar.
                         st.mode = Mode::Call;
-                        st.sampler =
-                            self.sampler(st.grammar.as_deref(), st.temperature, st.seed)?;
+                        st.sampler = self.sampler(
+                            st.grammar.as_deref(),
+                            st.temperature,
+                            st.seed,
+                            st.forbid_calls,
+                        )?;
                         let mut f = self.tool_call_open.into_iter().collect::<Vec<_>>();
                         f.extend_from_slice(&nl);
                         f
@@ -789,6 +1028,7 @@ impl<'m> Engine<'m> {
                     continue;
                 }
                 let last = feed.len() - 1;
+                self.slots[st.slot].extend_from_slice(&feed);
                 for (k, token) in feed.into_iter().enumerate() {
                     entries.push(Entry {
                         token,
@@ -796,27 +1036,26 @@ impl<'m> Engine<'m> {
                         seq: st.seq,
                         logits: k == last,
                     });
+                    state_of_entry.push(j);
                 }
                 st.pos += last + 1;
             }
             if entries.is_empty() {
                 break;
             }
-            let seq_of_entry: Vec<usize> = entries.iter().map(|e| e.seq).collect();
             decode_entries(
                 &mut self.ctx,
                 &mut self.batch,
                 self.n_batch,
                 &entries,
                 |ctx, e, idx| {
-                    let st = &mut states[seq_of_entry[e] - 1];
+                    let st = &mut states[state_of_entry[e]];
                     st.next = Some(st.sampler.sample(ctx, idx));
                     Ok(())
                 },
                 &self.name,
             )?;
         }
-        self.clear_scratch(group.len())?;
         if let Ok(mut s) = self.stats.lock() {
             s.generated_tokens += generated_total;
             s.generate_seconds += started.elapsed().as_secs_f64();

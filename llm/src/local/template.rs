@@ -19,8 +19,14 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Compiles a template's source.
     pub fn new(source: &str) -> Result<Self, LlmError> {
+        // The settings Hugging Face's `apply_chat_template` compiles templates with (and so the prompts the
+        // model was trained on): blocks trimmed, and the newline that ends the template file dropped.
+        // Keeping that newline made the generation prompt `<|im_start|>assistant\n\n`, a turn opening
+        // the model never saw, and one that the rendered reply (`assistant\n<tool_call>`) does not repeat.
         let mut env = Environment::new();
-        env.set_keep_trailing_newline(true);
+        env.set_keep_trailing_newline(false);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.add_filter("tojson", |v: Value| -> Result<Value, minijinja::Error> {
             let j: Json = serde_json::to_value(&v).map_err(|e| {
                 minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
@@ -234,5 +240,15 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with("<|im_start|>assistant\n"), "{s}");
+    }
+
+    #[test]
+    fn the_newline_ending_the_template_file_is_not_rendered() {
+        let t = ChatTemplate::new(&format!("{QWEN_LIKE}\n")).expect("compiles");
+        let s = t
+            .render(&[Message::user("hi")], &[], true)
+            .expect("renders");
+        assert!(s.ends_with("<|im_start|>assistant\n"), "{s:?}");
+        assert!(!s.ends_with("\n\n"), "{s:?}");
     }
 }

@@ -48,6 +48,10 @@ pub struct CandidateSummary {
     pub validation: Option<Metrics>,
     /// Rollouts spent when it was found.
     pub found_at_rollouts: Option<u64>,
+    /// Run wall time, seconds, when it was found.
+    pub found_at_seconds: Option<f64>,
+    /// Reflection tokens spent when it was found.
+    pub found_at_reflection_tokens: Option<u64>,
     /// Inflation measures of the target tool's description.
     pub inflation: InflationReport,
 }
@@ -213,6 +217,8 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
             validation_mean: c.validation_mean,
             validation,
             found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
+            found_at_seconds: c.found_at.as_ref().map(|p| p.elapsed_ms as f64 / 1000.0),
+            found_at_reflection_tokens: c.found_at.as_ref().map(|p| p.reflection_tokens),
             inflation: spec.map(|s| inflation::measure(&s)).unwrap_or_else(|| {
                 inflation::measure_text("", &ctx.cfg.target, &serde_json::Value::Null)
             }),

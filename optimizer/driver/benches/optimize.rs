@@ -1,0 +1,159 @@
+//! Benchmark of the GEPA loop with the embedded model on a real suite: rollouts, wall time and reflection
+//! tokens to reach the best candidate, what the whole run spent, and seed against winner on the held-out split
+//! with the paired tests' p-values.
+//!
+//! Run: `cargo bench -p tooltune-driver --bench optimize`. Environment: `TOOLTUNE_BENCH_SUITE` (a suite
+//! file; default the bundled `contractor`), `TOOLTUNE_BENCH_OBJECTIVE` (`success` or `selection`),
+//! `TOOLTUNE_BENCH_BUDGET` (rollouts, default 40), `TOOLTUNE_BENCH_MINUTES` (wall-time limit of the search,
+//! default 10), `TOOLTUNE_BENCH_SEED` (default 0), `TOOLTUNE_BENCH_MODEL` (`default` = 1.5B, or `fast`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tooltune_driver::{Models, RunConfig, StopSignal};
+use tooltune_evaluator::Suite;
+use tooltune_llm::ModelChoice;
+use tooltune_llm::local::{LocalModel, LocalOptions};
+use tooltune_objectives::Objective;
+use tooltune_optimizer::Budget;
+use tooltune_store::Store;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the driver lives two folders below the workspace")
+        .to_path_buf()
+}
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    // The suites name their servers by `${TOOLTUNE_BIN_DIR}`, this profile's folder.
+    let status = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace())
+        .args([
+            "build",
+            "-q",
+            "--release",
+            "-p",
+            "contractor",
+            "-p",
+            "week01-tools",
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the example servers failed");
+    let suite_path = std::env::var_os("TOOLTUNE_BENCH_SUITE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("datasets/suites/contractor.toml"));
+    let suite = Suite::load(&suite_path).expect("suite loads");
+    let target = suite
+        .tools_under_study
+        .first()
+        .cloned()
+        .expect("the suite studies a tool");
+    let objective = match std::env::var("TOOLTUNE_BENCH_OBJECTIVE").as_deref() {
+        Ok("selection") => Objective::SelectionRate,
+        _ => Objective::TaskSuccess,
+    };
+    let which = match std::env::var("TOOLTUNE_BENCH_MODEL").as_deref() {
+        Ok("fast") => ModelChoice::Fast,
+        _ => ModelChoice::Default,
+    };
+    let budget: u64 = env("TOOLTUNE_BENCH_BUDGET", 40);
+    let minutes: f64 = env("TOOLTUNE_BENCH_MINUTES", 10.0);
+    let seed: u64 = env("TOOLTUNE_BENCH_SEED", 0);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("bench.db").display()
+    ))
+    .await
+    .expect("store opens");
+    let model: Arc<LocalModel> = Arc::new(
+        LocalModel::load(LocalOptions::for_model(which))
+            .await
+            .expect("model loads"),
+    );
+    let models = Models {
+        agent: model.clone(),
+        reflector: model.clone(),
+    };
+    let cfg = RunConfig {
+        suite: suite_path.clone(),
+        tools: vec![target.clone()],
+        target: target.clone(),
+        objective,
+        seed,
+        budget: Budget {
+            max_rollouts: Some(budget),
+            max_reflection_tokens: None,
+            max_wall_ms: Some((minutes * 60_000.0) as u64),
+        },
+        minibatch: 3,
+        patience: None,
+        score_threshold: None,
+        rollouts_per_task: 1,
+        batch: 8,
+        agent: format!("local:{which:?}"),
+        reflector: format!("local:{which:?}"),
+        stop_file: None,
+    };
+    println!(
+        "{} on `{target}` of {} ({} tasks), model {which:?} as agent and reflector, budget {budget} rollouts, \
+         seed {seed}",
+        objective.as_str(),
+        suite.name,
+        suite.tasks.len()
+    );
+    let started = Instant::now();
+    let s = tooltune_driver::start(&store, cfg, models, StopSignal::default(), &|_| {})
+        .await
+        .expect("the run finishes");
+    let wall = started.elapsed().as_secs_f64();
+    let winner = s.candidates.iter().find(|c| c.id == s.winner);
+    println!(
+        "run: {} rollouts, {} reflection tokens, {:.0} s of search, stopped by {}; {} candidates",
+        s.rollouts,
+        s.reflection_tokens,
+        s.wall_s,
+        s.stop_reason,
+        s.candidates.len()
+    );
+    match winner {
+        Some(c) if c.id != 0 => println!(
+            "best (c{}, validation mean {:.3}) reached after {} rollouts, {:.0} s and {} reflection tokens",
+            c.id,
+            c.validation_mean.unwrap_or(f64::NAN),
+            c.found_at_rollouts.unwrap_or(0),
+            c.found_at_seconds.unwrap_or(f64::NAN),
+            c.found_at_reflection_tokens.unwrap_or(0),
+        ),
+        _ => println!("best: the seed (no candidate beat it on validation)"),
+    }
+    let t = &s.test;
+    let v = |r: &tooltune_objectives::stats::Rate| match r.value {
+        Some(x) => format!("{x:.2} ({}/{})", r.hits, r.trials),
+        None => "-".into(),
+    };
+    println!(
+        "held-out {} split, {} tasks: success seed {} winner {} (exact McNemar p = {:.3}); selection seed {} \
+         winner {} (permutation p = {:.3})",
+        t.split,
+        t.seed.tasks,
+        v(&t.seed.success),
+        v(&t.winner.success),
+        t.success_p_value,
+        v(&t.seed.selection),
+        v(&t.winner.selection),
+        t.selection_p_value
+    );
+    println!("total wall time including the held-out comparison: {wall:.0} s");
+}
