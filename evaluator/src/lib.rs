@@ -25,12 +25,14 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// A suite file could not be read.
-    #[error("{}: cannot be read: {source}", file.display())]
+    // The IO error is part of the message and deliberately not a `source`: error chains print sources after
+    // the message, which said the same thing twice.
+    #[error("{}: cannot be read: {error}", file.display())]
     SuiteRead {
         /// The suite file.
         file: PathBuf,
         /// The IO error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A suite file is malformed: names the file, the line when known, the task and the field.
     #[error("{}", suite_location(file, *line, task.as_deref(), field.as_deref(), message))]

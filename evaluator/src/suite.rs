@@ -242,9 +242,9 @@ impl Suite {
     /// `${TOOLTUNE_BIN_DIR}` in the server section.
     pub fn load(path: impl AsRef<Path>) -> Result<Suite, EvalError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| EvalError::SuiteRead {
+        let text = std::fs::read_to_string(path).map_err(|error| EvalError::SuiteRead {
             file: path.to_path_buf(),
-            source,
+            error,
         })?;
         Suite::parse(path, &text)
     }

@@ -58,6 +58,12 @@ pub enum StoreError {
         /// Every invalid record.
         errors: Vec<SkippedRecord>,
     },
+    /// A row the caller named does not exist.
+    #[error("{what} is not in the store")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
     /// A stored row could not be turned back into a trajectory.
     #[error("stored trajectory {id} is corrupt: {message}")]
     Corrupt {

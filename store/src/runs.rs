@@ -142,6 +142,90 @@ impl Store {
         Ok(())
     }
 
+    /// Takes or renews the lease on run `id` for `owner`, valid for `ttl`. Returns the current holder instead
+    /// when someone else holds an unexpired lease (`Ok(Err((owner, until)))`), and an error when the run does not
+    /// exist.
+    pub async fn lease_run(
+        &self,
+        id: &str,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Result<(), (String, String)>, StoreError> {
+        let now_ = now();
+        let until = (chrono::Utc::now()
+            + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60)))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        // One conditional UPDATE, so two processes racing for a free run cannot both win it.
+        let took = sqlx::query(
+            "UPDATE runs SET lease_owner = $1, lease_until = $2 WHERE id = $3 \
+             AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until IS NULL OR lease_until < $4)",
+        )
+        .bind(owner)
+        .bind(&until)
+        .bind(id)
+        .bind(&now_)
+        .execute(self.pool())
+        .await
+        .map_err(q("taking a run's lease"))?
+        .rows_affected();
+        if took == 1 {
+            return Ok(Ok(()));
+        }
+        let row: Option<(Option<String>, Option<String>)> =
+            sqlx::query_as("SELECT lease_owner, lease_until FROM runs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(q("reading a run's lease"))?;
+        match row {
+            None => Err(StoreError::NotFound {
+                what: format!("run {id}"),
+            }),
+            Some((holder, until)) => {
+                Ok(Err((holder.unwrap_or_default(), until.unwrap_or_default())))
+            }
+        }
+    }
+
+    /// Takes run `id`'s lease from `dead_holder`, whom the caller knows to be gone (a crashed process on this
+    /// machine), for `owner`. False when the lease is no longer `dead_holder`'s.
+    pub async fn take_over_run(
+        &self,
+        id: &str,
+        dead_holder: &str,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let until = (chrono::Utc::now()
+            + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60)))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let took = sqlx::query(
+            "UPDATE runs SET lease_owner = $1, lease_until = $2 WHERE id = $3 AND lease_owner = $4",
+        )
+        .bind(owner)
+        .bind(&until)
+        .bind(id)
+        .bind(dead_holder)
+        .execute(self.pool())
+        .await
+        .map_err(q("taking over a run's lease"))?
+        .rows_affected();
+        Ok(took == 1)
+    }
+
+    /// Gives up `owner`'s lease on run `id` (nothing happens when someone else holds it).
+    pub async fn release_run(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE runs SET lease_owner = NULL, lease_until = NULL WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(self.pool())
+        .await
+        .map_err(q("releasing a run's lease"))?;
+        Ok(())
+    }
+
     /// One run.
     pub async fn run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         let row = sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"))

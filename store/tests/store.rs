@@ -313,3 +313,82 @@ async fn sqlite_insert_keeps_run_links() {
 async fn postgres_insert_keeps_run_links() {
     insert_keeps_run_links(postgres().await).await;
 }
+
+/// A run's lease: one holder at a time, renewable by its holder, free again once released or expired, and
+/// taken over from a named dead holder only while that holder still has it.
+async fn run_lease_has_one_holder(db: TestDb) {
+    use std::time::Duration;
+    let s = &db.store;
+    s.create_run("run-l", "optimize", None, "success", "{}")
+        .await
+        .expect("create run");
+    let long = Duration::from_secs(60);
+    assert_eq!(
+        s.lease_run("run-l", "a", long).await.expect("lease"),
+        Ok(())
+    );
+    assert_eq!(
+        s.lease_run("run-l", "a", long).await.expect("renew"),
+        Ok(())
+    );
+    let busy = s.lease_run("run-l", "b", long).await.expect("lease");
+    assert_eq!(busy.map_err(|(holder, _)| holder), Err("a".to_string()));
+    // Releasing by someone else does nothing; by the holder frees the run.
+    s.release_run("run-l", "b").await.expect("release");
+    assert!(
+        s.lease_run("run-l", "b", long)
+            .await
+            .expect("lease")
+            .is_err()
+    );
+    s.release_run("run-l", "a").await.expect("release");
+    assert_eq!(
+        s.lease_run("run-l", "b", long).await.expect("lease"),
+        Ok(())
+    );
+    // An expired lease is free.
+    assert_eq!(
+        s.lease_run("run-l", "b", Duration::ZERO)
+            .await
+            .expect("lease"),
+        Ok(())
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        s.lease_run("run-l", "c", long).await.expect("lease"),
+        Ok(())
+    );
+    // Taking over works only from the holder named.
+    assert!(
+        !s.take_over_run("run-l", "b", "d", long)
+            .await
+            .expect("take over")
+    );
+    assert!(
+        s.take_over_run("run-l", "c", "d", long)
+            .await
+            .expect("take over")
+    );
+    assert!(
+        s.lease_run("run-l", "c", long)
+            .await
+            .expect("lease")
+            .is_err()
+    );
+    // A run that does not exist is an error naming it.
+    let e = s
+        .lease_run("run-none", "a", long)
+        .await
+        .expect_err("no such run");
+    assert!(e.to_string().contains("run-none"), "{e}");
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_run_lease_has_one_holder() {
+    run_lease_has_one_holder(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_run_lease_has_one_holder() {
+    run_lease_has_one_holder(postgres().await).await;
+}

@@ -187,6 +187,15 @@ impl Jobs {
             }
             Err(e) => Err(e),
         };
+        if let Err(WebError::Driver(tooltune_driver::DriverError::Busy { owner, .. })) = &outcome {
+            // Another process (a `tooltune optimize --resume`, a second server) is driving it; it stays theirs.
+            tracing::info!(
+                run = id,
+                owner,
+                "run is driven elsewhere; not resuming it here"
+            );
+            return;
+        }
         if let Err(e) = outcome {
             tracing::warn!(run = id, "run failed: {e}");
             // The driver records failures of the search itself; failures before it began (the models, the suite,

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tooltune_core::{ToolSpec, TrajectoryId};
 use tooltune_evaluator::evaluate::{
     Candidate as EvalCandidate, EvalOptions, Mode, TaskResult, evaluate,
@@ -52,6 +52,19 @@ pub enum DriverError {
     /// The run's configuration is unusable.
     #[error("run configuration: {0}")]
     Config(String),
+    /// Another process is driving the run (its lease has not expired).
+    #[error(
+        "run {run} is being driven by another process ({owner}, lease until {until}); wait for it, stop it, or \
+         resume after the lease expires"
+    )]
+    Busy {
+        /// The run.
+        run: String,
+        /// Who holds the lease.
+        owner: String,
+        /// When the lease expires unless renewed.
+        until: String,
+    },
     /// A stored JSON body did not parse (a store written by another version).
     #[error("stored {what} of run {run} is unreadable: {message}")]
     Corrupt {
@@ -565,6 +578,132 @@ async fn drive(
     stop: StopSignal,
     on_event: &(dyn Fn(&Event) + Send + Sync),
 ) -> Result<RunSummary, DriverError> {
+    let lease = Lease::take(store, run_id, stop.clone()).await?;
+    let r = drive_leased(
+        store,
+        run_id,
+        cfg,
+        state,
+        elapsed_before_ms,
+        models,
+        stop,
+        on_event,
+    )
+    .await;
+    lease.release().await;
+    r
+}
+
+/// How long a lease lasts without renewal: long enough that a busy machine's heartbeat is never late, short
+/// enough that a crashed driver's run can be resumed soon after.
+const LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// This process's claim on a run, renewed in the background while the run is driven, so that `tooltune serve`
+/// and a `tooltune optimize --resume` in another terminal never drive the same run at once.
+struct Lease {
+    store: Store,
+    run_id: String,
+    owner: String,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Lease {
+    async fn take(store: &Store, run_id: &str, stop: StopSignal) -> Result<Lease, DriverError> {
+        let owner = format!(
+            "{} pid {} ({})",
+            hostname(),
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        if let Err((holder, until)) = store.lease_run(run_id, &owner, LEASE_TTL).await? {
+            // A holder that was a process on this machine and is gone (killed, crashed) cannot renew: take the
+            // run over now rather than make `--resume` after a crash wait for the lease to run out.
+            let dead = holder_is_dead_here(&holder)
+                && store
+                    .take_over_run(run_id, &holder, &owner, LEASE_TTL)
+                    .await?;
+            if !dead {
+                return Err(DriverError::Busy {
+                    run: run_id.to_string(),
+                    owner: holder,
+                    until,
+                });
+            }
+            tracing::info!(
+                run = run_id,
+                holder,
+                "took over the lease of a process that is gone"
+            );
+        }
+        let (s, id, o) = (store.clone(), run_id.to_string(), owner.clone());
+        let heartbeat = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE_TTL / 3).await;
+                match s.lease_run(&id, &o, LEASE_TTL).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err((holder, _))) => {
+                        // Our lease lapsed (the process was suspended) and someone else took the run: stop
+                        // after the current step rather than drive it twice.
+                        tracing::warn!(run = %id, holder, "lost the run's lease; stopping");
+                        stop.stop();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(run = %id, "renewing the run's lease: {e}"),
+                }
+            }
+        });
+        Ok(Lease {
+            store: store.clone(),
+            run_id: run_id.to_string(),
+            owner,
+            heartbeat,
+        })
+    }
+
+    async fn release(self) {
+        self.heartbeat.abort();
+        if let Err(e) = self.store.release_run(&self.run_id, &self.owner).await {
+            tracing::warn!(run = %self.run_id, "releasing the run's lease: {e}");
+        }
+    }
+}
+
+/// This machine's name, to tell our own processes from other machines' in a shared store.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Whether a lease holder written by [`Lease::take`] names a process on this machine that no longer exists.
+/// Only decidable where `/proc` lists processes; elsewhere the lease must expire.
+fn holder_is_dead_here(holder: &str) -> bool {
+    let mut words = holder.split_whitespace();
+    let (Some(host), Some("pid"), Some(pid)) = (words.next(), words.next(), words.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    host == hostname()
+        && std::path::Path::new("/proc/self").exists()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive_leased(
+    store: &Store,
+    run_id: &str,
+    cfg: RunConfig,
+    state: Option<Search>,
+    elapsed_before_ms: u64,
+    models: Models,
+    stop: StopSignal,
+    on_event: &(dyn Fn(&Event) + Send + Sync),
+) -> Result<RunSummary, DriverError> {
     let suite = Suite::load(&cfg.suite)?;
     let server = McpServer::connect(suite.server.clone()).await?;
     let server_tools = suite.visible_tools(server.list_tools().await?);
@@ -747,5 +886,30 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 "running",
             )
             .await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_holder_is_dead_only_when_it_is_our_machine_and_its_process_is_gone() {
+        let here = hostname();
+        // This process is alive.
+        assert!(!holder_is_dead_here(&format!(
+            "{here} pid {} (abcd1234)",
+            std::process::id()
+        )));
+        // A pid above the kernel's limit cannot exist.
+        if std::path::Path::new("/proc/self").exists() {
+            assert!(holder_is_dead_here(&format!("{here} pid 4294967294 (x)")));
+        }
+        // Another machine's process, or a holder we did not write, is never declared dead.
+        assert!(!holder_is_dead_here(
+            "some-other-machine pid 4294967294 (x)"
+        ));
+        assert!(!holder_is_dead_here("someone"));
+        assert!(!holder_is_dead_here(""));
     }
 }
