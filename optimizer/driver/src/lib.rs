@@ -616,8 +616,9 @@ impl Lease {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
         if let Err((holder, until)) = store.lease_run(run_id, &owner, LEASE_TTL).await? {
-            // A holder that was a process on this machine and is gone (killed, crashed) cannot renew: take the
-            // run over now rather than make `--resume` after a crash wait for the lease to run out.
+            // A holder that was a process on this machine and is gone (killed, crashed), or a cancelled driver
+            // of this process, cannot renew: take the run over now rather than make `--resume` after a crash
+            // wait for the lease to run out.
             let dead = holder_is_dead_here(&holder)
                 && store
                     .take_over_run(run_id, &holder, &owner, LEASE_TTL)
@@ -652,6 +653,7 @@ impl Lease {
                 }
             }
         });
+        live_leases().insert(owner.clone());
         Ok(Lease {
             store: store.clone(),
             run_id: run_id.to_string(),
@@ -666,6 +668,25 @@ impl Lease {
             tracing::warn!(run = %self.run_id, "releasing the run's lease: {e}");
         }
     }
+}
+
+impl Drop for Lease {
+    /// Also runs when the driving future is cancelled (a server shutting down aborts its jobs): the heartbeat
+    /// stops, and this process no longer counts the lease as alive, so a new driver here may take it over.
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+        live_leases().remove(&self.owner);
+    }
+}
+
+/// The leases this process holds right now. A lease naming this process but missing here belonged to a driver
+/// that was cancelled, which no `/proc` check could tell.
+fn live_leases() -> std::sync::MutexGuard<'static, std::collections::HashSet<String>> {
+    static LIVE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// This machine's name, to tell our own processes from other machines' in a shared store.
@@ -688,8 +709,13 @@ fn holder_is_dead_here(holder: &str) -> bool {
     let Ok(pid) = pid.parse::<u32>() else {
         return false;
     };
-    host == hostname()
-        && std::path::Path::new("/proc/self").exists()
+    if host != hostname() {
+        return false;
+    }
+    if pid == std::process::id() {
+        return !live_leases().contains(holder);
+    }
+    std::path::Path::new("/proc/self").exists()
         && !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
@@ -896,11 +922,12 @@ mod tests {
     #[test]
     fn a_lease_holder_is_dead_only_when_it_is_our_machine_and_its_process_is_gone() {
         let here = hostname();
-        // This process is alive.
-        assert!(!holder_is_dead_here(&format!(
-            "{here} pid {} (abcd1234)",
-            std::process::id()
-        )));
+        // A lease this process holds is alive; one it no longer holds (a cancelled driver's) is not.
+        let mine = format!("{here} pid {} (abcd1234)", std::process::id());
+        live_leases().insert(mine.clone());
+        assert!(!holder_is_dead_here(&mine));
+        live_leases().remove(&mine);
+        assert!(holder_is_dead_here(&mine));
         // A pid above the kernel's limit cannot exist.
         if std::path::Path::new("/proc/self").exists() {
             assert!(holder_is_dead_here(&format!("{here} pid 4294967294 (x)")));
