@@ -281,8 +281,12 @@ fn print_table(out: &DemoOutput) {
             format!("{} → {}", h.seed_promotional, h.winner_promotional),
         );
         println!(
-            "{:<12} p = {:.3} (success), p = {:.3} (selection); {} rollouts, {:.0} s",
-            "", h.success_p_value, h.selection_p_value, h.rollouts, h.wall_s
+            "{:<12} p {} (success), p {} (selection); {} rollouts, {:.0} s",
+            "",
+            crate::optimize_cmd::p_text(h.success_p_value),
+            crate::optimize_cmd::p_text(h.selection_p_value),
+            h.rollouts,
+            h.wall_s
         );
     }
     println!(

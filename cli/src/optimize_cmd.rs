@@ -350,21 +350,32 @@ pub fn print_summary(s: &RunSummary) {
     print_comparison(&s.test, "winner");
 }
 
+/// A p-value as `= 0.042`, or `< 0.001` rather than a misleading `= 0.000`.
+pub fn p_text(p: f64) -> String {
+    if !p.is_finite() {
+        "= –".to_string()
+    } else if p < 0.001 {
+        "< 0.001".to_string()
+    } else {
+        format!("= {p:.3}")
+    }
+}
+
 /// Seed against `other` on the held-out split: both metrics with intervals and the paired tests' p-values.
 fn print_comparison(t: &tooltune_driver::Comparison, other: &str) {
     println!("held-out {} split ({} tasks):", t.split, t.seed.tasks);
     println!("                     seed                 {other}");
     println!(
-        "  task success       {:<20} {:<20} p = {:.3} (exact McNemar)",
+        "  task success       {:<20} {:<20} p {} (exact McNemar)",
         rate(&t.seed.success),
         rate(&t.winner.success),
-        t.success_p_value
+        p_text(t.success_p_value)
     );
     println!(
-        "  selection rate     {:<20} {:<20} p = {:.3} (paired permutation)",
+        "  selection rate     {:<20} {:<20} p {} (paired permutation over exact probabilities)",
         rate(&t.seed.selection),
         rate(&t.winner.selection),
-        t.selection_p_value
+        p_text(t.selection_p_value)
     );
     println!(
         "  off-target choice  {:<20} {:<20}",
