@@ -83,7 +83,8 @@ pub enum ToolChoice {
     Auto,
     /// The model must call one of the tools.
     Required,
-    /// The model must answer in text.
+    /// The model must answer in text. The tools stay in what the model sees (as hosted APIs keep them); only
+    /// calling them is ruled out.
     None,
 }
 
