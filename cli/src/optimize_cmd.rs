@@ -350,14 +350,13 @@ pub fn print_summary(s: &RunSummary) {
     print_comparison(&s.test, "winner");
 }
 
-/// A p-value as `= 0.042`, or `< 0.001` rather than a misleading `= 0.000`.
+/// A p-value after "p": `= 0.042`, or `< 0.001`.
 pub fn p_text(p: f64) -> String {
-    if !p.is_finite() {
-        "= –".to_string()
-    } else if p < 0.001 {
-        "< 0.001".to_string()
+    let f = tooltune_report::fmt_p(p);
+    if f.starts_with('<') {
+        f
     } else {
-        format!("= {p:.3}")
+        format!("= {f}")
     }
 }
 

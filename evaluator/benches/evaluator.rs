@@ -45,18 +45,6 @@ fn pick_tasks(suite: &Suite, n: usize) -> Vec<String> {
     out
 }
 
-fn delta(a: LocalStats, b: LocalStats) -> LocalStats {
-    LocalStats {
-        prompt_tokens_decoded: b.prompt_tokens_decoded - a.prompt_tokens_decoded,
-        prompt_tokens_reused: b.prompt_tokens_reused - a.prompt_tokens_reused,
-        generated_tokens: b.generated_tokens - a.generated_tokens,
-        prefill_seconds: b.prefill_seconds - a.prefill_seconds,
-        generate_seconds: b.generate_seconds - a.generate_seconds,
-        scoring_calls: b.scoring_calls - a.scoring_calls,
-        scoring_seconds: b.scoring_seconds - a.scoring_seconds,
-    }
-}
-
 fn report(label: &str, r: &SuiteResult, wall: f64, s: LocalStats) {
     let t = &r.timings;
     println!("{label}: {} tasks", r.tasks.len());
@@ -170,7 +158,7 @@ async fn main() {
         .await
         .expect("evaluation runs");
         let wall = t0.elapsed().as_secs_f64();
-        report(label, &r, wall, delta(s0, model.stats()));
+        report(label, &r, wall, model.stats().since(&s0));
     }
     server.shutdown().await;
 }

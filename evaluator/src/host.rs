@@ -212,8 +212,8 @@ pub async fn run_rollouts(
                 .iter()
                 .enumerate()
                 .map(|(k, c)| {
-                    // Backends number calls per turn (the local one writes `call_0` every turn), so an id
-                    // seen earlier in this rollout is replaced: results must point at exactly one call.
+                    // A backend may reuse an id within a conversation (nothing in the chat format forbids
+                    // it); results must point at exactly one call, so a repeated id is replaced.
                     let id =
                         c.id.clone()
                             .filter(|id| !l.call_ids.contains(id))

@@ -7,7 +7,7 @@
 use serde_json::json;
 use std::time::Instant;
 use tooltune_core::ToolSpec;
-use tooltune_llm::local::{LocalModel, LocalOptions, LocalStats};
+use tooltune_llm::local::{LocalModel, LocalOptions};
 use tooltune_llm::{ChatModel, ChatRequest, Message, ModelChoice, ToolChoice};
 
 fn tool(name: &str, description: &str, arg: &str) -> ToolSpec {
@@ -101,18 +101,6 @@ fn request(task: &str, tools: Vec<ToolSpec>) -> ChatRequest {
     ChatRequest::new(vec![Message::system(SYSTEM), Message::user(task)], tools)
 }
 
-fn delta(a: LocalStats, b: LocalStats) -> LocalStats {
-    LocalStats {
-        prompt_tokens_decoded: b.prompt_tokens_decoded - a.prompt_tokens_decoded,
-        prompt_tokens_reused: b.prompt_tokens_reused - a.prompt_tokens_reused,
-        generated_tokens: b.generated_tokens - a.generated_tokens,
-        prefill_seconds: b.prefill_seconds - a.prefill_seconds,
-        generate_seconds: b.generate_seconds - a.generate_seconds,
-        scoring_calls: b.scoring_calls - a.scoring_calls,
-        scoring_seconds: b.scoring_seconds - a.scoring_seconds,
-    }
-}
-
 async fn bench(which: ModelChoice, n_tasks: usize) {
     let t = Instant::now();
     let m = LocalModel::load(LocalOptions::for_model(which))
@@ -134,7 +122,7 @@ async fn bench(which: ModelChoice, n_tasks: usize) {
         serde_json::to_string_pretty(&all).expect("json")
     ));
     m.chat(&r).await.expect("chat");
-    let d = delta(s0, m.stats());
+    let d = m.stats().since(&s0);
     println!(
         "prompt processing: {} tokens in {:.2} s = {:.1} tok/s",
         d.prompt_tokens_decoded,
@@ -149,7 +137,7 @@ async fn bench(which: ModelChoice, n_tasks: usize) {
     )]);
     r.max_tokens = 64;
     m.chat(&r).await.expect("chat");
-    let d = delta(s0, m.stats());
+    let d = m.stats().since(&s0);
     println!(
         "generation: {} tokens in {:.2} s = {:.1} tok/s",
         d.generated_tokens,
@@ -162,7 +150,7 @@ async fn bench(which: ModelChoice, n_tasks: usize) {
     let mut r = request("Read notes.txt and sum the numbers in it.", all.clone());
     r.tool_choice = ToolChoice::Required;
     let resp = m.chat(&r).await.expect("chat");
-    let d = delta(s0, m.stats());
+    let d = m.stats().since(&s0);
     println!(
         "grammar-constrained tool call: {} tokens in {:.2} s = {:.1} tok/s -> {:?}",
         d.generated_tokens,
@@ -212,7 +200,7 @@ async fn bench(which: ModelChoice, n_tasks: usize) {
         let t = Instant::now();
         let out = m.score_many(&suite, &names).await;
         let secs = t.elapsed().as_secs_f64();
-        let d = delta(s0, m.stats());
+        let d = m.stats().since(&s0);
         let probs: Vec<Vec<f64>> = out
             .into_iter()
             .map(|r| r.expect("score").expect("exact"))

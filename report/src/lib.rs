@@ -27,6 +27,7 @@ pub use escape::escape_html;
 pub use model::{
     CandidateRow, IterationPoint, ProposalRow, RunInput, RunReport, Settings, Step, ToolChange,
 };
+pub use render::fmt_p;
 pub use verdict::{Outcome, Verdict};
 
 use serde::Serialize;

@@ -313,7 +313,8 @@ fn short_rate(r: &Rate) -> String {
     }
 }
 
-fn fmt_p(p: f64) -> String {
+/// A p-value for people: three decimals, or `< 0.001` rather than a misleading `0.000`.
+pub fn fmt_p(p: f64) -> String {
     if !p.is_finite() {
         "–".to_string()
     } else if p < 0.001 {

@@ -89,6 +89,8 @@ pub(crate) struct Engine<'m> {
     slot_used: Vec<u64>,
     /// Jobs served so far.
     jobs: u64,
+    /// Tool calls generated so far: numbers the calls' ids, so no two calls of one conversation share one.
+    calls_made: u64,
 }
 
 /// One token to decode.
@@ -265,6 +267,7 @@ impl<'m> Engine<'m> {
             slots: vec![Vec::new(); N_SLOTS],
             slot_used: vec![0; N_SLOTS],
             jobs: 0,
+            calls_made: 0,
         }
     }
 
@@ -946,7 +949,8 @@ impl<'m> Engine<'m> {
                 let feed: Vec<LlamaToken> = match st.mode {
                     Mode::Call if eog => {
                         // The grammar only allows end-of-generation once the call's JSON is complete.
-                        let call = parse_call(&st.call, st.calls.len());
+                        self.calls_made += 1;
+                        let call = parse_call(&st.call, self.calls_made);
                         st.call.clear();
                         match call {
                             Ok(c) => st.calls.push(c),
@@ -1080,7 +1084,7 @@ impl<'m> Engine<'m> {
 }
 
 /// Parses the grammar-constrained JSON of one tool call.
-fn parse_call(bytes: &[u8], index: usize) -> Result<ToolCall, String> {
+fn parse_call(bytes: &[u8], number: u64) -> Result<ToolCall, String> {
     let text = String::from_utf8_lossy(bytes);
     let v: serde_json::Value = serde_json::from_str(text.trim())
         .map_err(|e| format!("tool call is not valid JSON ({e}): {text}"))?;
@@ -1089,7 +1093,7 @@ fn parse_call(bytes: &[u8], index: usize) -> Result<ToolCall, String> {
         .and_then(|n| n.as_str())
         .ok_or_else(|| format!("tool call has no string `name`: {text}"))?;
     Ok(ToolCall {
-        id: Some(format!("call_{index}")),
+        id: Some(format!("call_{number}")),
         name: name.to_string(),
         arguments: v.get("arguments").cloned().unwrap_or(serde_json::json!({})),
     })

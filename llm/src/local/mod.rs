@@ -98,6 +98,21 @@ pub struct LocalStats {
     pub scoring_seconds: f64,
 }
 
+impl LocalStats {
+    /// The work done since `earlier` (a snapshot taken from the same model).
+    pub fn since(&self, earlier: &LocalStats) -> LocalStats {
+        LocalStats {
+            prompt_tokens_decoded: self.prompt_tokens_decoded - earlier.prompt_tokens_decoded,
+            prompt_tokens_reused: self.prompt_tokens_reused - earlier.prompt_tokens_reused,
+            generated_tokens: self.generated_tokens - earlier.generated_tokens,
+            prefill_seconds: self.prefill_seconds - earlier.prefill_seconds,
+            generate_seconds: self.generate_seconds - earlier.generate_seconds,
+            scoring_calls: self.scoring_calls - earlier.scoring_calls,
+            scoring_seconds: self.scoring_seconds - earlier.scoring_seconds,
+        }
+    }
+}
+
 /// The embedded model. Cheap to share (`Arc`); requests are queued to its worker thread.
 pub struct LocalModel {
     id: String,
