@@ -61,6 +61,18 @@ async fn check_restart(db: &TestDb) {
     }
     let last_id = last_id.expect("events before the restart");
     drop(events);
+    // The `evaluated` event is emitted before the step's checkpoint is written; stopping at once raced with that
+    // write. Wait for the checkpoint, so the restart really is mid-run with one.
+    while a
+        .store
+        .run(&id)
+        .await
+        .expect("run")
+        .is_none_or(|r| r.state.is_none())
+    {
+        assert!(Instant::now() < deadline, "no checkpoint was written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     a.stop().await;
 
     // The run is left `running` with its checkpoint, as after a crash.
