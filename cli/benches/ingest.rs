@@ -25,6 +25,10 @@ use std::time::Instant;
 use tooltune_core::canonical_json;
 use tooltune_ingest::{ChunkReader, Format, FormatChoice, ReadOptions};
 
+// The same allocator as the `tooltune` binary, so the in-process phase timings compare with its ingest.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const POSTGRES_ENV: &str = "TOOLTUNE_TEST_POSTGRES_URL";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 use std::fmt;
+
+mod canonical;
 
 /// A tool as a model saw it: name, natural-language description and JSON Schema of its input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,18 +102,10 @@ impl fmt::Display for TrajectoryId {
 
 /// JSON with object keys sorted recursively and no insignificant whitespace.
 pub fn canonical_json(v: &Value) -> String {
-    fn sorted(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let b: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, sorted(v))).collect();
-                Value::Object(b.into_iter().map(|(k, v)| (k.clone(), v)).collect())
-            }
-            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    // Serialising a `Value` cannot fail: all its keys are strings.
-    serde_json::to_string(&sorted(v)).unwrap_or_default()
+    let mut out = Vec::new();
+    // A `Value`'s keys are all strings, so writing it cannot fail, and serde_json writes UTF-8.
+    let _ = canonical::write_canonical(v, &mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// When a step happened and how long it took, as far as the producer recorded it.
@@ -367,11 +360,12 @@ impl Trajectory {
 
     /// Content address of the whole record (canonical JSON), stable across re-ingests of the same data.
     pub fn id(&self) -> TrajectoryId {
-        // Serialising plain data with string keys cannot fail.
-        let v = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut json = Vec::with_capacity(4096);
+        // Plain data with string keys: writing it cannot fail.
+        let _ = canonical::write_canonical(self, &mut json);
         let mut h = Sha256::new();
         h.update(b"tooltune-trajectory-v1\0");
-        h.update(canonical_json(&v).as_bytes());
+        h.update(&json);
         TrajectoryId(hex::encode(h.finalize()))
     }
 

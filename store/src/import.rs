@@ -8,10 +8,14 @@
 use crate::{Store, StoreError, q};
 use rayon::prelude::*;
 use serde::Serialize;
+use serde_json::Value;
 use sqlx::{Any, Transaction};
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::io::BufRead;
-use tooltune_core::{Links, Meta, Outcome, Step, Trajectory, canonical_json};
+use std::sync::Arc;
+use tooltune_core::{Links, Meta, Outcome, Step, ToolSpec, Trajectory, canonical_json};
 use tooltune_ingest::{ChunkReader, Format};
 
 /// How an import treats invalid records.
@@ -207,9 +211,55 @@ pub(crate) struct Prepared {
     rollout: Option<i64>,
     body: String,
     /// (description id, tool, calls) in tool-list order.
-    tools: Vec<(String, String, i64)>,
-    /// (description id, tool, description, canonical schema) of every tool shown.
-    descriptions: Vec<(String, String, String, String)>,
+    tools: Vec<(Arc<DescriptionRow>, i64)>,
+}
+
+/// One description version as stored: a row of `descriptions`.
+pub(crate) struct DescriptionRow {
+    id: String,
+    tool: String,
+    description: String,
+    /// Canonical JSON of the input schema.
+    schema: String,
+}
+
+thread_local! {
+    /// Description versions this thread has already computed, by a hash of (tool, description). A log repeats the
+    /// same few tools in every record, and computing a version (canonical schema, sha256) for each of them was a
+    /// fifth of an ingest's CPU time. Bounded: cleared when it grows past [`SEEN_LIMIT`] tools.
+    static SEEN: RefCell<HashMap<u64, Vec<(Value, Arc<DescriptionRow>)>>> = RefCell::new(HashMap::new());
+}
+const SEEN_LIMIT: usize = 4096;
+
+fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
+    let mut hasher = std::hash::DefaultHasher::new();
+    tool.name.hash(&mut hasher);
+    tool.description.hash(&mut hasher);
+    let key = hasher.finish();
+    SEEN.with_borrow_mut(|seen| {
+        if let Some(row) = seen.get(&key).and_then(|rows| {
+            rows.iter().find(|(schema, row)| {
+                row.tool == tool.name
+                    && row.description == tool.description
+                    && *schema == tool.input_schema
+            })
+        }) {
+            return Arc::clone(&row.1);
+        }
+        if seen.len() >= SEEN_LIMIT {
+            seen.clear();
+        }
+        let row = Arc::new(DescriptionRow {
+            id: tool.description_id().as_str().to_string(),
+            tool: tool.name.clone(),
+            description: tool.description.clone(),
+            schema: canonical_json(&tool.input_schema),
+        });
+        seen.entry(key)
+            .or_default()
+            .push((tool.input_schema.clone(), Arc::clone(&row)));
+        row
+    })
 }
 
 impl Prepared {
@@ -223,18 +273,11 @@ impl Prepared {
             meta: &t.meta,
             links: &t.links,
         };
-        let mut tools = Vec::with_capacity(t.tools.len());
-        let mut descriptions = Vec::with_capacity(t.tools.len());
-        for tool in &t.tools {
-            let id = tool.description_id().as_str().to_string();
-            tools.push((id.clone(), tool.name.clone(), t.calls_of(&tool.name) as i64));
-            descriptions.push((
-                id,
-                tool.name.clone(),
-                tool.description.clone(),
-                canonical_json(&tool.input_schema),
-            ));
-        }
+        let tools = t
+            .tools
+            .iter()
+            .map(|tool| (description_row(tool), t.calls_of(&tool.name) as i64))
+            .collect();
         Prepared {
             id: t.id().as_str().to_string(),
             source: t.meta.source.clone(),
@@ -253,7 +296,6 @@ impl Prepared {
             // Serialising plain data with string keys cannot fail.
             body: serde_json::to_string(&body).unwrap_or_default(),
             tools,
-            descriptions,
         }
     }
 }
@@ -354,8 +396,9 @@ impl Writer {
         // Description versions first: rows in `trajectory_tools` reference them.
         let mut new_descriptions = Vec::new();
         for p in batch {
-            for d in &p.descriptions {
-                if self.known_descriptions.insert(d.0.clone()) {
+            for (d, _) in &p.tools {
+                if !self.known_descriptions.contains(&d.id) {
+                    self.known_descriptions.insert(d.id.clone());
                     new_descriptions.push(d);
                 }
             }
@@ -363,12 +406,12 @@ impl Writer {
         for chunk in new_descriptions.chunks(DESCRIPTION_BATCH) {
             let sql = insert_sql("descriptions", DESCRIPTION_COLS, chunk.len(), self.numbered);
             let mut query = sqlx::query(&sql);
-            for (id, tool, description, schema) in chunk {
+            for d in chunk {
                 query = query
-                    .bind(id.as_str())
-                    .bind(tool.as_str())
-                    .bind(description.as_str())
-                    .bind(schema.as_str())
+                    .bind(d.id.as_str())
+                    .bind(d.tool.as_str())
+                    .bind(d.description.as_str())
+                    .bind(d.schema.as_str())
                     .bind(self.now.as_str());
             }
             query
@@ -408,12 +451,15 @@ impl Writer {
         let rows: Vec<(&str, i64, &str, &str, i64)> = batch
             .iter()
             .flat_map(|p| {
-                p.tools
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, (d, tool, calls))| {
-                        (p.id.as_str(), i as i64, d.as_str(), tool.as_str(), *calls)
-                    })
+                p.tools.iter().enumerate().map(move |(i, (d, calls))| {
+                    (
+                        p.id.as_str(),
+                        i as i64,
+                        d.id.as_str(),
+                        d.tool.as_str(),
+                        *calls,
+                    )
+                })
             })
             .collect();
         for chunk in rows.chunks(TOOL_BATCH) {

@@ -1,0 +1,565 @@
+//! Canonical JSON (object keys sorted recursively, no whitespace) written straight from any `Serialize` value.
+//!
+//! Content addresses (trajectory and description ids) hash the canonical JSON of a value. Building it by way of a
+//! `serde_json::Value` tree, then a key-sorted copy of that tree, cost two allocations per node and was most of
+//! ingest's CPU time. This serializer writes into one buffer instead: an object's entries are written in the order
+//! they arrive, remembered as byte ranges, and reordered in place when the object ends. The output is byte-for-byte
+//! what `serde_json::to_string` prints for the key-sorted `serde_json::to_value` of the same value (tested against
+//! that reference), so ids stay what they were.
+
+use serde::ser::{self, Serialize};
+use std::borrow::Cow;
+
+/// Appends the canonical JSON of `value` to `out`.
+///
+/// Fails only for values JSON cannot hold (a map key that is not a string or number), as `serde_json` would.
+pub(crate) fn write_canonical<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    let mut ctx = Ctx {
+        out: std::mem::take(out),
+        entries: Vec::new(),
+        tmp: Vec::new(),
+    };
+    let result = value.serialize(&mut ctx);
+    *out = ctx.out;
+    result
+}
+
+/// Where an object's key is: a struct field's static name, or the bytes the key serialised to in `out`.
+#[derive(Clone, Copy)]
+enum Key {
+    Static(&'static str),
+    /// Byte range in `out` of the key as written (a JSON string, or a bare number).
+    Written(usize, usize),
+}
+
+struct Entry {
+    key: Key,
+    /// Byte range in `out` of the entry's value.
+    value: (usize, usize),
+}
+
+/// The serializer's state: the output, a stack of the entries of the objects being written (each open object
+/// owns the tail from its base), and a scratch buffer for reordering.
+struct Ctx {
+    out: Vec<u8>,
+    entries: Vec<Entry>,
+    tmp: Vec<u8>,
+}
+
+impl Ctx {
+    fn write_json<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(&mut self.out, v)
+    }
+
+    /// The raw (unescaped) text of a key, for sorting.
+    fn key_text<'a>(out: &'a [u8], key: Key) -> Cow<'a, str> {
+        match key {
+            Key::Static(s) => Cow::Borrowed(s),
+            Key::Written(a, b) => {
+                let bytes = &out[a..b];
+                if bytes.first() == Some(&b'"') {
+                    let inner = &bytes[1..bytes.len() - 1];
+                    if !inner.contains(&b'\\') {
+                        // serde_json wrote it from a &str, so it is UTF-8.
+                        return String::from_utf8_lossy(inner);
+                    }
+                    // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
+                    Cow::Owned(serde_json::from_slice::<String>(bytes).unwrap_or_default())
+                } else {
+                    // An integer key: `serde_json::to_value` turns it into its decimal string.
+                    String::from_utf8_lossy(bytes)
+                }
+            }
+        }
+    }
+
+    /// Closes the object whose `{` is at `start` and whose entries begin at `base`: rewrites its bytes with the
+    /// entries in key order.
+    fn end_object(&mut self, start: usize, base: usize) -> Result<(), serde_json::Error> {
+        {
+            let out = &self.out;
+            self.entries[base..]
+                .sort_by(|a, b| Ctx::key_text(out, a.key).cmp(&Ctx::key_text(out, b.key)));
+        }
+        self.tmp.clear();
+        self.tmp.extend_from_slice(&self.out[start..]);
+        self.out.truncate(start);
+        self.out.push(b'{');
+        for (i, e) in self.entries[base..].iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            match e.key {
+                Key::Static(s) => serde_json::to_writer(&mut self.out, s)?,
+                Key::Written(a, b) => {
+                    let key = &self.tmp[a - start..b - start];
+                    if key[0] == b'"' {
+                        self.out.extend_from_slice(key);
+                    } else {
+                        self.out.push(b'"');
+                        self.out.extend_from_slice(key);
+                        self.out.push(b'"');
+                    }
+                }
+            }
+            self.out.push(b':');
+            let (a, b) = e.value;
+            self.out.extend_from_slice(&self.tmp[a - start..b - start]);
+        }
+        self.out.push(b'}');
+        self.entries.truncate(base);
+        Ok(())
+    }
+}
+
+/// An array being written.
+struct Seq<'a> {
+    ctx: &'a mut Ctx,
+    first: bool,
+    /// Closing bytes after `]` (`}` for a tuple variant's wrapper object).
+    close: &'static [u8],
+}
+
+impl Seq<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        if !self.first {
+            self.ctx.out.push(b',');
+        }
+        self.first = false;
+        v.serialize(&mut *self.ctx)
+    }
+
+    fn finish(self) -> Result<(), serde_json::Error> {
+        self.ctx.out.push(b']');
+        self.ctx.out.extend_from_slice(self.close);
+        Ok(())
+    }
+}
+
+/// An object being written.
+struct Obj<'a> {
+    ctx: &'a mut Ctx,
+    start: usize,
+    base: usize,
+    pending_key: Option<Key>,
+    /// Closing bytes after the object (`}` for a struct variant's wrapper object).
+    close: &'static [u8],
+}
+
+impl Obj<'_> {
+    fn value_for<T: Serialize + ?Sized>(
+        &mut self,
+        key: Key,
+        v: &T,
+    ) -> Result<(), serde_json::Error> {
+        let a = self.ctx.out.len();
+        v.serialize(&mut *self.ctx)?;
+        let b = self.ctx.out.len();
+        self.ctx.entries.push(Entry { key, value: (a, b) });
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), serde_json::Error> {
+        self.ctx.end_object(self.start, self.base)?;
+        self.ctx.out.extend_from_slice(self.close);
+        Ok(())
+    }
+}
+
+impl<'a> ser::Serializer for &'a mut Ctx {
+    type Ok = ();
+    type Error = serde_json::Error;
+    type SerializeSeq = Seq<'a>;
+    type SerializeTuple = Seq<'a>;
+    type SerializeTupleStruct = Seq<'a>;
+    type SerializeTupleVariant = Seq<'a>;
+    type SerializeMap = Obj<'a>;
+    type SerializeStruct = Obj<'a>;
+    type SerializeStructVariant = Obj<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), serde_json::Error> {
+        // `to_value` widens an f32 to f64 before printing it.
+        self.write_json(&f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_char(self, v: char) -> Result<(), serde_json::Error> {
+        self.write_json(&v)
+    }
+    fn serialize_str(self, v: &str) -> Result<(), serde_json::Error> {
+        self.write_json(v)
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), serde_json::Error> {
+        self.write_json(v)
+    }
+    fn serialize_none(self) -> Result<(), serde_json::Error> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), serde_json::Error> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), serde_json::Error> {
+        self.serialize_none()
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), serde_json::Error> {
+        self.serialize_none()
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<(), serde_json::Error> {
+        self.write_json(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), serde_json::Error> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<(), serde_json::Error> {
+        // A one-key object needs no sorting.
+        self.out.push(b'{');
+        self.write_json(variant)?;
+        self.out.push(b':');
+        v.serialize(&mut *self)?;
+        self.out.push(b'}');
+        Ok(())
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Seq<'a>, serde_json::Error> {
+        self.out.push(b'[');
+        Ok(Seq {
+            ctx: self,
+            first: true,
+            close: b"",
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, serde_json::Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> Result<Seq<'a>, serde_json::Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> Result<Seq<'a>, serde_json::Error> {
+        self.out.push(b'{');
+        self.write_json(variant)?;
+        self.out.extend_from_slice(b":[");
+        Ok(Seq {
+            ctx: self,
+            first: true,
+            close: b"}",
+        })
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Obj<'a>, serde_json::Error> {
+        let start = self.out.len();
+        self.out.push(b'{');
+        let base = self.entries.len();
+        Ok(Obj {
+            ctx: self,
+            start,
+            base,
+            pending_key: None,
+            close: b"",
+        })
+    }
+    fn serialize_struct(self, _: &'static str, len: usize) -> Result<Obj<'a>, serde_json::Error> {
+        self.serialize_map(Some(len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> Result<Obj<'a>, serde_json::Error> {
+        self.out.push(b'{');
+        self.write_json(variant)?;
+        self.out.push(b':');
+        let mut obj = self.serialize_map(None)?;
+        obj.close = b"}";
+        Ok(obj)
+    }
+}
+
+impl ser::SerializeSeq for Seq<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTuple for Seq<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeMap for Obj<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), serde_json::Error> {
+        // The key is written where it lands and picked up again when the object is reordered.
+        let a = self.ctx.out.len();
+        key.serialize(&mut *self.ctx)?;
+        let b = self.ctx.out.len();
+        let written = &self.ctx.out[a..b];
+        let is_string = written.first() == Some(&b'"');
+        let is_integer =
+            !written.is_empty() && written.iter().all(|c| c.is_ascii_digit() || *c == b'-');
+        if !is_string && !is_integer {
+            return Err(ser::Error::custom("key must be a string"));
+        }
+        self.pending_key = Some(Key::Written(a, b));
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+        let key = self
+            .pending_key
+            .take()
+            .ok_or_else(|| <serde_json::Error as ser::Error>::custom("value without a key"))?;
+        self.value_for(key, v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeStruct for Obj<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.value_for(Key::Static(key), v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeStructVariant for Obj<'_> {
+    type Ok = ();
+    type Error = serde_json::Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.value_for(Key::Static(key), v)
+    }
+    fn end(self) -> Result<(), serde_json::Error> {
+        self.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+
+    /// The definition the ids were first computed with: a key-sorted copy of `to_value`, printed.
+    fn reference<T: Serialize>(v: &T) -> String {
+        fn sorted(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    let b: BTreeMap<&String, Value> =
+                        m.iter().map(|(k, v)| (k, sorted(v))).collect();
+                    Value::Object(b.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+                }
+                Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+                other => other.clone(),
+            }
+        }
+        serde_json::to_string(&sorted(&serde_json::to_value(v).expect("to_value")))
+            .expect("to_string")
+    }
+
+    fn canonical<T: Serialize>(v: &T) -> String {
+        let mut out = Vec::new();
+        write_canonical(v, &mut out).expect("canonical");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn sorts_keys_at_every_depth_and_escapes_like_serde_json() {
+        let v = json!({"b": [{"z": 1, "a": null}], "a": {"y\"": 2.5, "y#": "q\"\n", "": true}, "\u{e9}": -3});
+        assert_eq!(canonical(&v), reference(&v));
+        assert_eq!(canonical(&json!({"b": 1, "a": {}})), r#"{"a":{},"b":1}"#);
+    }
+
+    #[test]
+    fn matches_the_reference_on_structs_enums_and_integer_keys() {
+        #[derive(serde::Serialize)]
+        #[serde(tag = "type")]
+        enum Tagged {
+            One { zeta: u8, alpha: Option<String> },
+        }
+        #[derive(serde::Serialize)]
+        enum External {
+            Unit,
+            New(BTreeMap<u32, f32>),
+            Tuple(i64, f64),
+            Strukt { b: bool, a: char },
+        }
+        #[derive(serde::Serialize)]
+        struct S {
+            z: Vec<Tagged>,
+            y: Vec<External>,
+            nan: f64,
+            bytes: Vec<u8>,
+        }
+        let s = S {
+            z: vec![Tagged::One {
+                zeta: 1,
+                alpha: None,
+            }],
+            y: vec![
+                External::Unit,
+                External::New(BTreeMap::from([(10, 0.1), (9, 1.5)])),
+                External::Tuple(-1, 1e300),
+                External::Strukt { b: true, a: 'x' },
+            ],
+            nan: f64::NAN,
+            bytes: vec![1, 2],
+        };
+        assert_eq!(canonical(&s), reference(&s));
+    }
+
+    #[test]
+    fn a_trajectory_id_is_the_hash_of_the_reference_form() {
+        use sha2::{Digest, Sha256};
+        let t: crate::Trajectory = serde_json::from_value(json!({
+            "task": "Sum notes.txt",
+            "tools": [{"name": "read_file", "description": "Read a file.",
+                       "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+            "steps": [
+                {"type": "model", "content": "", "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"z": 1, "path": "notes.txt"}}],
+                 "timing": {"duration_ms": 12.5}},
+                {"type": "tool_result", "call_id": "c1", "name": "read_file", "content": "1 2", "is_error": false}
+            ],
+            "final_answer": "3",
+            "outcome": {"score": 1.0, "feedback": "ok"},
+            "meta": {"source": "tooltune", "model": "m"}
+        }))
+        .expect("trajectory");
+        let mut h = Sha256::new();
+        h.update(b"tooltune-trajectory-v1\0");
+        h.update(reference(&t).as_bytes());
+        assert_eq!(t.id().as_str(), hex::encode(h.finalize()));
+    }
+
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z\"\\\\#\u{0}-\u{1f}é]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec(("[a-c\"\\\\#\u{1}é]{0,3}", inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_json_value_prints_as_the_reference_does(v in any_value()) {
+            prop_assert_eq!(canonical(&v), reference(&v));
+        }
+    }
+}
