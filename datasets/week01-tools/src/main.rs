@@ -44,7 +44,7 @@ struct Args {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct CalculatorArgs {
-    /// The arithmetic expression to evaluate, e.g. "48000 + 9500".
+    /// The arithmetic expression to evaluate, e.g. "2 * (3 + 4)".
     expression: String,
 }
 
