@@ -25,7 +25,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v1";
+pub const TEMPLATE_VERSION: &str = "reflect-v2";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -611,8 +611,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v1",
-                "a2318f0f9dfc5f11c3522ff9c307ee3fe854f7a6ffbcdf2e1ef5607aee2b93db"
+                "reflect-v2",
+                "9d6736463e5cd3a083e74ae68f70a8f725f6ff3ffe73a90c1d8b6b2801ca8b70"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

@@ -45,6 +45,12 @@ pub enum Rejection {
     },
     /// The description contains the prompt's data delimiters.
     Delimiters,
+    /// The description talks about the runs (what the agent did or should have done) instead of the tool: a
+    /// diagnosis written where the description goes. Every future task would read it.
+    AboutTheRuns {
+        /// The words that gave it away.
+        words: String,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -72,6 +78,11 @@ impl fmt::Display for Rejection {
                 write!(f, "the DESCRIPTION copies text from the prompt (\"{pasted}\")")
             }
             Rejection::Delimiters => write!(f, "the DESCRIPTION contains the markers {OPEN} or {CLOSE}"),
+            Rejection::AboutTheRuns { words } => write!(
+                f,
+                "the DESCRIPTION talks about the runs (\"{words}\") instead of describing the tool; put that in \
+                 the DIAGNOSIS and describe what the tool does"
+            ),
         }
     }
 }
@@ -324,6 +335,16 @@ fn meta_talk() -> &'static Regex {
 }
 
 /// The last double-quoted span of at least 15 characters, straight or curly quotes.
+/// What the agent did or should have done in the runs. Narrow on purpose: "use this when the user asks for X" is
+/// a fine thing for a tool description to say, "the agent should have called X" is a diagnosis.
+fn about_the_runs() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    re(
+        &R,
+        r"(?i)\b(?:(?:the|this)\s+(?:agent|assistant|model)\s+(?:should(?:\s+have)?|shouldn't|did|didn't|did\s+not|was|wasn't|failed|called|chose|used|picked|selected|incorrectly|mistakenly)|should\s+have\s+(?:called|used|chosen|picked|selected)|in\s+(?:these|the\s+above|the\s+previous)\s+runs?)\b",
+    )
+}
+
 fn last_quoted(s: &str) -> Option<String> {
     static R: OnceLock<Regex> = OnceLock::new();
     let r = re(
@@ -400,6 +421,11 @@ fn check(d: String, ctx: &ParseContext<'_>) -> Result<String, Rejection> {
     {
         return Err(Rejection::PromptEcho {
             pasted: crate::dataset::cut(marker, 60),
+        });
+    }
+    if let Some(m) = about_the_runs().find(&d) {
+        return Err(Rejection::AboutTheRuns {
+            words: m.as_str().to_string(),
         });
     }
     if normalise(&d) == normalise(ctx.current_description) {
@@ -701,6 +727,26 @@ mod tests {
             d,
             "Fetch a product by id; returns its name, price and a description."
         );
+    }
+
+    #[test]
+    fn a_diagnosis_written_as_the_description_is_rejected() {
+        for reply in [
+            "DESCRIPTION: The agent should have called web_search for the release date.",
+            "DESCRIPTION: Searches internal docs. The model incorrectly chose it for news.",
+            "DESCRIPTION: Internal docs search; should have used for the inventory question.",
+        ] {
+            assert!(
+                matches!(rejected(reply), Rejection::AboutTheRuns { .. }),
+                "{reply}"
+            );
+        }
+        // Saying when to use the tool is what a description is for.
+        let (_, d) = ok(
+            "DESCRIPTION: Search the company's internal docs. Use it when the user asks about our own \
+                         products; for public news use web_search.",
+        );
+        assert!(d.starts_with("Search the company's internal docs."), "{d}");
     }
 
     #[test]
