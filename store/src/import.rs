@@ -9,7 +9,7 @@ use crate::{Store, StoreError, q};
 use rayon::prelude::*;
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{Any, Transaction};
+use sqlx::{Any, Row, Transaction};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -351,7 +351,7 @@ const TRAJECTORY_COLS: &[&str] = &[
     "body",
 ];
 const TOOL_COLS: &[&str] = &[
-    "trajectory_id",
+    "trajectory_seq",
     "position",
     "description_id",
     "tool",
@@ -369,20 +369,36 @@ pub(crate) struct Writer {
     known_descriptions: HashSet<String>,
     now: String,
     numbered: bool,
+    /// SQLite: the next sequence number to give a trajectory (tool rows are keyed by it, so they append). The
+    /// transaction began IMMEDIATE, holding the write lock, so no other writer gives numbers meanwhile.
+    /// PostgreSQL: `None`; the column's default draws from a sequence.
+    next_seq: Option<i64>,
 }
 
 impl Writer {
     pub(crate) async fn begin(store: &Store) -> Result<Writer, StoreError> {
-        let tx = store
-            .pool()
-            .begin()
-            .await
-            .map_err(q("starting a transaction"))?;
+        let sqlite = store.backend() == crate::Backend::Sqlite;
+        let mut tx = if sqlite {
+            store.pool().begin_with("BEGIN IMMEDIATE").await
+        } else {
+            store.pool().begin().await
+        }
+        .map_err(q("starting a transaction"))?;
+        let next_seq = if sqlite {
+            let n: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM trajectories")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(q("reading the trajectory sequence"))?;
+            Some(n)
+        } else {
+            None
+        };
         Ok(Writer {
             tx,
             known_descriptions: HashSet::new(),
-            numbered: store.backend() == crate::Backend::Postgres,
+            numbered: !sqlite,
             now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            next_seq,
         })
     }
 
@@ -420,8 +436,15 @@ impl Writer {
                 .map_err(q("storing description versions"))?;
         }
         let mut added = 0;
+        // Sequence numbers of the trajectories this batch added (a duplicate adds no row and keeps its tool rows).
+        let mut seq_of: HashMap<String, i64> = HashMap::with_capacity(batch.len());
+        let mut cols = TRAJECTORY_COLS.to_vec();
+        if self.next_seq.is_some() {
+            cols.push("seq");
+        }
         for chunk in batch.chunks(TRAJECTORY_BATCH) {
-            let sql = insert_sql("trajectories", TRAJECTORY_COLS, chunk.len(), self.numbered);
+            let mut sql = insert_sql("trajectories", &cols, chunk.len(), self.numbered);
+            sql.push_str(" RETURNING id, seq");
             let mut query = sqlx::query(&sql);
             for p in chunk {
                 query = query
@@ -441,32 +464,39 @@ impl Writer {
                     .bind(p.rollout)
                     .bind(self.now.as_str())
                     .bind(p.body.as_str());
+                if let Some(seq) = self.next_seq.as_mut() {
+                    query = query.bind(*seq);
+                    *seq += 1;
+                }
             }
-            added += query
-                .execute(&mut *self.tx)
+            let inserted = query
+                .fetch_all(&mut *self.tx)
                 .await
-                .map_err(q("storing trajectories"))?
-                .rows_affected();
+                .map_err(q("storing trajectories"))?;
+            added += inserted.len() as u64;
+            for row in inserted {
+                seq_of.insert(row.get(0), row.get(1));
+            }
         }
-        let rows: Vec<(&str, i64, &str, &str, i64)> = batch
+        let rows: Vec<(i64, i64, &str, &str, i64)> = batch
             .iter()
-            .flat_map(|p| {
+            .filter_map(|p| seq_of.get(&p.id).map(|&seq| (seq, p)))
+            .flat_map(|(seq, p)| {
                 p.tools.iter().enumerate().map(move |(i, (d, calls))| {
-                    (
-                        p.id.as_str(),
-                        i as i64,
-                        d.id.as_str(),
-                        d.tool.as_str(),
-                        *calls,
-                    )
+                    (seq, i as i64, d.id.as_str(), d.tool.as_str(), *calls)
                 })
             })
             .collect();
         for chunk in rows.chunks(TOOL_BATCH) {
             let sql = insert_sql("trajectory_tools", TOOL_COLS, chunk.len(), self.numbered);
             let mut query = sqlx::query(&sql);
-            for (t, pos, d, tool, calls) in chunk {
-                query = query.bind(*t).bind(*pos).bind(*d).bind(*tool).bind(*calls);
+            for (seq, pos, d, tool, calls) in chunk {
+                query = query
+                    .bind(*seq)
+                    .bind(*pos)
+                    .bind(*d)
+                    .bind(*tool)
+                    .bind(*calls);
             }
             query
                 .execute(&mut *self.tx)

@@ -235,8 +235,9 @@ impl Store {
         })?;
         let tools = sqlx::query(
             "SELECT d.tool, d.description, d.input_schema FROM trajectory_tools tt \
+             JOIN trajectories t ON t.seq = tt.trajectory_seq \
              JOIN descriptions d ON d.id = tt.description_id \
-             WHERE tt.trajectory_id = $1 ORDER BY tt.position",
+             WHERE t.id = $1 ORDER BY tt.position",
         )
         .bind(id.as_str())
         .fetch_all(&self.pool)
@@ -269,7 +270,7 @@ impl Store {
     ) -> Result<Vec<TrajectoryId>, StoreError> {
         let rows = match tool {
             Some(tool) => sqlx::query(
-                "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+                "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
                  WHERE tt.tool = $1 ORDER BY t.ingested_at DESC, t.id LIMIT $2",
             )
             .bind(tool.to_string())
@@ -301,7 +302,7 @@ impl Store {
     ) -> Result<(Vec<TrajectoryId>, u64), StoreError> {
         let since = since.unwrap_or("");
         let failing = sqlx::query(
-            "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+            "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
              WHERE tt.tool = $1 AND t.success = 0 AND t.ingested_at >= $2 AND t.source <> 'evaluator' \
              ORDER BY t.ingested_at DESC, t.id LIMIT $3",
         )
@@ -312,7 +313,7 @@ impl Store {
         .await
         .map_err(q("listing failing trajectories"))?;
         let judged = sqlx::query(
-            "SELECT COUNT(*) FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_id = t.id \
+            "SELECT COUNT(*) FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
              WHERE tt.tool = $1 AND t.success IS NOT NULL AND t.ingested_at >= $2 \
              AND t.source <> 'evaluator'",
         )

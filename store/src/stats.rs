@@ -39,7 +39,7 @@ impl Store {
                COUNT(CASE WHEN tt.calls > 0 AND t.success IS NOT NULL THEN 1 END) AS judged, \
                COUNT(CASE WHEN tt.calls > 0 AND t.success = 1 THEN 1 END) AS succeeded \
              FROM trajectory_tools tt \
-             JOIN trajectories t ON t.id = tt.trajectory_id \
+             JOIN trajectories t ON t.seq = tt.trajectory_seq \
              JOIN descriptions d ON d.id = tt.description_id \
              {} \
              GROUP BY tt.tool, tt.description_id, d.description \

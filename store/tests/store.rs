@@ -392,3 +392,77 @@ async fn sqlite_run_lease_has_one_holder() {
 async fn postgres_run_lease_has_one_holder() {
     run_lease_has_one_holder(postgres().await).await;
 }
+
+/// Migration 0004 re-keys `trajectory_tools` by a trajectory sequence number: a store written before it keeps
+/// every tool list, and new trajectories number on from the old ones.
+#[tokio::test]
+async fn sqlite_store_from_before_0004_keeps_its_tool_lists() {
+    use sqlx::Executor;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = dir.path().join("migrations");
+    std::fs::create_dir(&old).expect("mkdir");
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let mut names: Vec<_> = std::fs::read_dir(&all)
+        .expect("migrations")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n.to_string_lossy().as_ref() < "0004")
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for n in &names {
+        std::fs::copy(all.join(n), old.join(n)).expect("copy");
+    }
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    sqlx::any::install_default_drivers();
+    {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("connect");
+        sqlx::migrate::Migrator::new(old.as_path())
+            .await
+            .expect("old migrations")
+            .run(&pool)
+            .await
+            .expect("migrate to 0003");
+        pool.execute(
+            "INSERT INTO descriptions VALUES ('d1', 'read_file', 'Read a file.', '{}', '2026-01-01T00:00:00Z'), \
+                 ('d2', 'calculator', 'Add.', '{}', '2026-01-01T00:00:00Z'); \
+             INSERT INTO trajectories (id, source, task, ingested_at, body) VALUES ('t1', 'tooltune', 'Sum', \
+                 '2026-01-01T00:00:00Z', '{\"task\":\"Sum\",\"steps\":[],\"outcome\":{},\"meta\":{\"source\":\"tooltune\"}}'); \
+             INSERT INTO trajectory_tools VALUES ('t1', 0, 'd1', 'read_file', 1), ('t1', 1, 'd2', 'calculator', 0);",
+        )
+        .await
+        .expect("old rows");
+        pool.close().await;
+    }
+    let s = Store::open(&url).await.expect("open migrates");
+    let t = s
+        .trajectory(&tooltune_core::TrajectoryId::from_stored("t1".into()))
+        .await
+        .expect("load")
+        .expect("present");
+    let names: Vec<_> = t.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["read_file", "calculator"]);
+    let stats = s.tool_stats(Some("read_file")).await.expect("stats");
+    assert_eq!((stats[0].shown, stats[0].chosen), (1, 1));
+    // A trajectory stored after the migration gets its own tool list, and the old one keeps its own.
+    let mut fresh = t.clone();
+    fresh.task = "Sum again".into();
+    assert_eq!(
+        s.insert(std::slice::from_ref(&fresh))
+            .await
+            .expect("insert"),
+        1
+    );
+    let back = s
+        .trajectory(&fresh.id())
+        .await
+        .expect("load")
+        .expect("present");
+    assert_eq!(back.tools, t.tools);
+    let stats = s.tool_stats(Some("read_file")).await.expect("stats");
+    assert_eq!(stats[0].shown, 2);
+    s.close().await;
+}
