@@ -337,49 +337,25 @@ impl<'a> ser::Serializer for &'a mut Ctx {
     }
 }
 
-impl ser::SerializeSeq for Seq<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
+/// serde has one trait per kind of array (sequence, tuple, tuple struct, tuple variant); all are written alike.
+macro_rules! array_kind {
+    ($trait:ident, $method:ident) => {
+        impl ser::$trait for Seq<'_> {
+            type Ok = ();
+            type Error = serde_json::Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
+                self.element(v)
+            }
+            fn end(self) -> Result<(), serde_json::Error> {
+                self.finish()
+            }
+        }
+    };
 }
-
-impl ser::SerializeTuple for Seq<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
-}
-
-impl ser::SerializeTupleStruct for Seq<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
-}
-
-impl ser::SerializeTupleVariant for Seq<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
-}
+array_kind!(SerializeSeq, serialize_element);
+array_kind!(SerializeTuple, serialize_element);
+array_kind!(SerializeTupleStruct, serialize_field);
+array_kind!(SerializeTupleVariant, serialize_field);
 
 impl ser::SerializeMap for Obj<'_> {
     type Ok = ();
@@ -411,35 +387,27 @@ impl ser::SerializeMap for Obj<'_> {
     }
 }
 
-impl ser::SerializeStruct for Obj<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.value_for(Key::Static(key), v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
+/// Structs and struct variants: objects whose keys are the fields' static names.
+macro_rules! struct_kind {
+    ($trait:ident) => {
+        impl ser::$trait for Obj<'_> {
+            type Ok = ();
+            type Error = serde_json::Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                v: &T,
+            ) -> Result<(), serde_json::Error> {
+                self.value_for(Key::Static(key), v)
+            }
+            fn end(self) -> Result<(), serde_json::Error> {
+                self.finish()
+            }
+        }
+    };
 }
-
-impl ser::SerializeStructVariant for Obj<'_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        v: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.value_for(Key::Static(key), v)
-    }
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.finish()
-    }
-}
+struct_kind!(SerializeStruct);
+struct_kind!(SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {

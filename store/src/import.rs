@@ -223,11 +223,14 @@ pub(crate) struct DescriptionRow {
     schema: String,
 }
 
+/// Description versions by a hash of (tool, description): each with the schema it was computed for.
+type SeenDescriptions = HashMap<u64, Vec<(Value, Arc<DescriptionRow>)>>;
+
 thread_local! {
     /// Description versions this thread has already computed, by a hash of (tool, description). A log repeats the
     /// same few tools in every record, and computing a version (canonical schema, sha256) for each of them was a
     /// fifth of an ingest's CPU time. Bounded: cleared when it grows past [`SEEN_LIMIT`] tools.
-    static SEEN: RefCell<HashMap<u64, Vec<(Value, Arc<DescriptionRow>)>>> = RefCell::new(HashMap::new());
+    static SEEN: RefCell<SeenDescriptions> = RefCell::new(HashMap::new());
 }
 const SEEN_LIMIT: usize = 4096;
 

@@ -127,6 +127,22 @@ async fn main() {
         s.stop_reason,
         s.candidates.len()
     );
+    // Every candidate with its description of the target and the reflector's diagnosis: what the figures are about.
+    for c in &s.candidates {
+        let cut = |t: &str| t.chars().take(220).collect::<String>();
+        println!(
+            "  c{} ({}, {}, validation {}): {:?}",
+            c.id,
+            c.origin,
+            c.status,
+            c.validation_mean
+                .map_or_else(|| "-".to_string(), |m| format!("{m:.3}")),
+            cut(c.descriptions.get(&target).map_or("", String::as_str)),
+        );
+        if let Some(d) = &c.diagnosis {
+            println!("      diagnosis: {:?}", cut(d));
+        }
+    }
     match winner {
         Some(c) if c.id != 0 => println!(
             "best (c{}, validation mean {:.3}) reached after {} rollouts, {:.0} s and {} reflection tokens",
