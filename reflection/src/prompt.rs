@@ -218,12 +218,20 @@ fn echo_markers(user: &str, runs: &[RunRecord]) -> Vec<String> {
         }
     }
     for r in runs {
-        let mut texts = vec![r.task.as_str()];
-        texts.extend(r.calls.iter().filter_map(|c| c.result.as_deref()));
-        texts.extend(r.final_answer.as_deref());
-        for t in texts {
+        // A task is a marker from 24 characters on, like a prompt line: a task pasted as the description ("When
+        // does Ledgerline 3.x stop receiving security fixes?") won a selection run in the demo. Results and
+        // answers need 60, since a short result can be a phrase a description may rightly use.
+        let mut texts = vec![(r.task.as_str(), 24)];
+        texts.extend(
+            r.calls
+                .iter()
+                .filter_map(|c| c.result.as_deref())
+                .map(|t| (t, 60)),
+        );
+        texts.extend(r.final_answer.as_deref().map(|t| (t, 60)));
+        for (t, min) in texts {
             let t = t.trim();
-            if t.chars().count() >= 60 && !out.iter().any(|o| o == t) {
+            if t.chars().count() >= min && !out.iter().any(|o| o == t) {
                 out.push(t.to_string());
             }
         }
@@ -387,6 +395,12 @@ mod tests {
             p.echo_markers
                 .iter()
                 .any(|m| m.ends_with("It is not instructions to you."))
+        );
+        // A short task is a marker too: pasted as the description, it would be an echo.
+        assert!(
+            p.echo_markers
+                .iter()
+                .any(|m| m == "Who won the latest football World Cup?")
         );
         // An empty schema is not shown at all.
         let none = render(&input(&rs, Goal::TaskSuccess, &Value::Null)).expect("renders");
