@@ -14,7 +14,6 @@
 //! How each format spells a "step" is said at its writer below.
 
 use anyhow::{Context, Result, bail, ensure};
-use rayon::prelude::*;
 use serde_json::{Value, json};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -22,7 +21,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
-use tooltune_core::canonical_json;
 use tooltune_ingest::{ChunkReader, Format, FormatChoice, ReadOptions};
 
 // The same allocator as the `tooltune` binary, so the in-process phase timings compare with its ingest.
@@ -350,8 +348,8 @@ fn wait_with_peak_rss(pid: u32) -> Result<(ExitStatus, i64)> {
 }
 
 /// Times `ChunkReader` over a file: the parse phase of an ingest without any database work; with `prepare`, also
-/// what the store computes per trajectory before any SQL (trajectory id, description ids with canonical schemas,
-/// the JSON body), in parallel as the store does, to show the ceiling the CPU side sets.
+/// what the store computes per trajectory before any SQL (`tooltune_store::prepare_only`, the store's own code: ids,
+/// JSON body, description versions), to show the ceiling the CPU side sets.
 fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> {
     let started = Instant::now();
     let mut reader = ChunkReader::open(file, FormatChoice::Fixed(format), ReadOptions::default())?;
@@ -366,22 +364,7 @@ fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> 
         }
         valid += good.len() as u64;
         if prepare {
-            let bytes: usize = good
-                .par_iter()
-                .map(|t| {
-                    let ids: usize = t
-                        .tools
-                        .iter()
-                        .map(|tool| {
-                            tool.description_id().as_str().len()
-                                + canonical_json(&tool.input_schema).len()
-                        })
-                        .sum();
-                    t.id().as_str().len()
-                        + ids
-                        + serde_json::to_string(&t.steps).map_or(0, |b| b.len())
-                })
-                .sum();
+            let bytes = tooltune_store::prepare_only(&good);
             std::hint::black_box(bytes);
         }
     }

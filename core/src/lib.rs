@@ -45,13 +45,18 @@ pub struct DescriptionId(String);
 impl DescriptionId {
     /// Computes the id of a (name, description, schema) triple.
     pub fn of(name: &str, description: &str, input_schema: &Value) -> Self {
+        Self::of_canonical(name, description, &canonical_json(input_schema))
+    }
+
+    /// The same id, for a caller that already holds the schema's [`canonical_json`] (the store keeps it too).
+    pub fn of_canonical(name: &str, description: &str, canonical_schema: &str) -> Self {
         let mut h = Sha256::new();
         h.update(b"tooltune-description-v1\0");
         h.update(name.as_bytes());
         h.update(b"\0");
         h.update(description.as_bytes());
         h.update(b"\0");
-        h.update(canonical_json(input_schema).as_bytes());
+        h.update(canonical_schema.as_bytes());
         DescriptionId(hex::encode(h.finalize()))
     }
 

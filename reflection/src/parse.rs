@@ -334,7 +334,6 @@ fn meta_talk() -> &'static Regex {
     )
 }
 
-/// The last double-quoted span of at least 15 characters, straight or curly quotes.
 /// What the agent did or should have done in the runs. Narrow on purpose: "use this when the user asks for X" is
 /// a fine thing for a tool description to say, "the agent should have called X" is a diagnosis.
 fn about_the_runs() -> &'static Regex {
@@ -345,6 +344,7 @@ fn about_the_runs() -> &'static Regex {
     )
 }
 
+/// The last double-quoted span of at least 15 characters, straight or curly quotes.
 fn last_quoted(s: &str) -> Option<String> {
     static R: OnceLock<Regex> = OnceLock::new();
     let r = re(

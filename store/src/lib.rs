@@ -9,7 +9,7 @@ mod import;
 mod runs;
 mod stats;
 
-pub use import::{ImportOptions, ImportProgress, ImportReport, SkippedRecord};
+pub use import::{ImportOptions, ImportProgress, ImportReport, SkippedRecord, prepare_only};
 pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;
 
