@@ -66,9 +66,12 @@ async fn stdio_speaks_2026_07_28_and_lists_the_lab_tools() {
         .call_tool("read_file", json!({"path": "notes.txt"}), CALL)
         .await
         .expect("call");
+    // The lecture's notes.txt, byte for byte (its reference run logs it).
     assert_eq!(
         notes.content_text,
-        "Attendees: 4\nPizza budget: 48000\nDrinks: 9500\nReimbursed so far: 12000\n"
+        "Meeting memo, 2026-09-01\n\
+         Attendees: 4 / Pizza budget: 48000 / Drinks: 9500 / Reimbursed so far: 12000\n\
+         Sum the numbers above to get the total the agent should report.\n"
     );
     server.shutdown().await;
 }
