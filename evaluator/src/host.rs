@@ -40,7 +40,8 @@ pub struct HostConfig {
     pub temperature: f32,
     /// Seed for sampling.
     pub seed: Option<u64>,
-    /// The user message that tells the model, once it has used its last tool-calling turn, to answer now.
+    /// The user message that tells the model, once it has used its last tool-calling turn (or ended a turn with
+    /// neither text nor a call), to answer now.
     /// The tools stay in the prompt (calls are ruled out by `ToolChoice::None`), so without this note a
     /// small model writes its next call out as text instead of answering. It names no tool.
     pub final_turn_note: String,
@@ -158,7 +159,8 @@ pub async fn run_rollouts(
             .iter()
             .map(|&i| {
                 let l = &live[i];
-                let out_of_steps = l.model_turns >= tasks[i].max_steps;
+                // Told to answer (at the step limit, or after an empty turn): no more calls.
+                let out_of_steps = l.told_to_answer || l.model_turns >= tasks[i].max_steps;
                 ChatRequest {
                     messages: l.messages.clone(),
                     tools: tools.to_vec(),
@@ -240,6 +242,21 @@ pub async fn run_rollouts(
                 tool_calls: calls.clone(),
             });
             if calls.is_empty() {
+                let empty = response
+                    .content
+                    .as_deref()
+                    .is_none_or(|c| c.trim().is_empty());
+                if empty && !l.told_to_answer {
+                    // A turn with neither text nor a call is no answer: small models end their turn right after
+                    // a tool result as if the result had been the reply. The host asks once for the answer
+                    // (the same note as at the step limit, naming no tool) instead of scoring silence.
+                    l.told_to_answer = true;
+                    l.messages.push(Message::user(cfg.final_turn_note.clone()));
+                    l.steps.push(Step::User {
+                        content: cfg.final_turn_note.clone(),
+                    });
+                    continue;
+                }
                 l.final_answer = response.content.clone();
                 l.done = true;
                 continue;
@@ -361,4 +378,133 @@ fn truncate(s: &str, max: usize) -> String {
 
 fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tooltune_core::Usage;
+    use tooltune_llm::{ChatResponse, FinishReason, LlmError};
+
+    /// A scripted fake model for the loop's logic: replies in order, and remembers what it was asked.
+    struct ScriptedFakeAgent {
+        replies: Mutex<Vec<ChatResponse>>,
+        seen: Mutex<Vec<ChatRequest>>,
+    }
+
+    fn reply(content: Option<&str>, call: Option<&str>) -> ChatResponse {
+        ChatResponse {
+            content: content.map(str::to_string),
+            tool_calls: call
+                .map(|name| ToolCall {
+                    id: None,
+                    name: name.into(),
+                    arguments: serde_json::json!({}),
+                })
+                .into_iter()
+                .collect(),
+            usage: Usage::default(),
+            finish_reason: FinishReason::Stop,
+        }
+    }
+
+    #[async_trait]
+    impl ChatModel for ScriptedFakeAgent {
+        fn id(&self) -> String {
+            "fake:scripted".into()
+        }
+        async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+            self.seen.lock().expect("lock").push(req.clone());
+            Ok(self.replies.lock().expect("lock").remove(0))
+        }
+        async fn score_tool_choice(
+            &self,
+            _req: &ChatRequest,
+            _candidates: &[String],
+        ) -> Result<Option<Vec<f64>>, LlmError> {
+            Ok(None)
+        }
+        fn usage_total(&self) -> Usage {
+            Usage::default()
+        }
+    }
+
+    struct EchoServer;
+
+    #[async_trait]
+    impl ToolServer for EchoServer {
+        async fn call(&self, name: &str, _arguments: &Value) -> Result<CallOutcome, InfraFailure> {
+            Ok(CallOutcome {
+                content_text: format!("{name} ran"),
+                is_error: false,
+                duration: Duration::ZERO,
+            })
+        }
+    }
+
+    fn tool(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({}),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_empty_turn_is_asked_once_for_the_answer_without_tools() {
+        let model = ScriptedFakeAgent {
+            replies: Mutex::new(vec![
+                reply(None, Some("a")),
+                reply(Some("  "), None),
+                reply(Some("42"), None),
+            ]),
+            seen: Mutex::new(Vec::new()),
+        };
+        let task = RolloutTask {
+            prompt: "q".into(),
+            max_steps: 5,
+        };
+        let cfg = HostConfig::default();
+        let out = run_rollouts(&model, &EchoServer, &[tool("a")], &[task], &cfg).await;
+        let r = &out[0];
+        assert_eq!(r.trajectory.final_answer.as_deref(), Some("42"));
+        assert_eq!(r.called, ["a"]);
+        let seen = model.seen.lock().expect("lock");
+        assert_eq!(seen.len(), 3);
+        assert!(matches!(seen[1].tool_choice, ToolChoice::Auto));
+        // The third request carries the note and allows no call.
+        assert!(matches!(seen[2].tool_choice, ToolChoice::None));
+        assert!(matches!(seen[2].messages.last(),
+            Some(Message::User { content }) if *content == cfg.final_turn_note));
+        // The stored trajectory shows the empty turn and the note, as the model saw them.
+        assert!(
+            r.trajectory
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::User { content } if *content == cfg.final_turn_note))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_empty_turn_ends_the_rollout_without_an_answer() {
+        let model = ScriptedFakeAgent {
+            replies: Mutex::new(vec![reply(None, None), reply(None, None)]),
+            seen: Mutex::new(Vec::new()),
+        };
+        let task = RolloutTask {
+            prompt: "q".into(),
+            max_steps: 5,
+        };
+        let out = run_rollouts(
+            &model,
+            &EchoServer,
+            &[tool("a")],
+            &[task],
+            &HostConfig::default(),
+        )
+        .await;
+        assert_eq!(out[0].trajectory.final_answer, None);
+        assert_eq!(model.seen.lock().expect("lock").len(), 2);
+    }
 }
