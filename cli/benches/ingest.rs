@@ -3,7 +3,7 @@
 //! trajectories per second and the child's peak RSS.
 //!
 //! Run: `cargo bench -p tooltune --bench ingest -- [--n 200000] [--formats tooltune,openai,langfuse,otel]
-//! [--backends sqlite,postgres|none] [--phases] [--dir DIR]`. PostgreSQL comes from `TOOLTUNE_TEST_POSTGRES_URL`
+//! [--backends sqlite,postgres|none] [--phases] [--dir DIR] [--keep]`. PostgreSQL comes from `TOOLTUNE_TEST_POSTGRES_URL`
 //! (a server URL whose user may create databases); each run gets a fresh database that is dropped afterwards.
 //! `--phases` also times, in this process and without any database, the parse alone (`ChunkReader`) and the parse
 //! plus what the store computes before SQL (ids, JSON body), to tell the CPU side of an ingest from the inserts.
@@ -50,6 +50,8 @@ struct Args {
     backends: Vec<Backend>,
     phases: bool,
     dir: Option<PathBuf>,
+    /// Keep the generated files (in `--dir`), e.g. to profile an ingest of them by hand.
+    keep: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -59,6 +61,7 @@ fn parse_args() -> Result<Args> {
         backends: Vec::new(),
         phases: false,
         dir: None,
+        keep: false,
     };
     let mut backends_given = false;
     let mut it = std::env::args().skip(1);
@@ -98,10 +101,11 @@ fn parse_args() -> Result<Args> {
                     .collect::<Result<_>>()?;
             }
             "--phases" => args.phases = true,
+            "--keep" => args.keep = true,
             "--dir" => args.dir = Some(PathBuf::from(value("--dir")?)),
             other => bail!(
                 "unknown argument `{other}`; usage: [--n N] [--formats tooltune,openai,langfuse,otel] \
-                 [--backends sqlite,postgres|none] [--phases] [--dir DIR]"
+                 [--backends sqlite,postgres|none] [--phases] [--dir DIR] [--keep]"
             ),
         }
     }
@@ -125,6 +129,21 @@ struct Row {
     file_mb: f64,
 }
 
+/// The bench's working folder: removed at the end unless `--keep` was given.
+enum KeptOrTemp {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl KeptOrTemp {
+    fn path(&self) -> &Path {
+        match self {
+            KeptOrTemp::Temp(t) => t.path(),
+            KeptOrTemp::Kept(p) => p,
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args = parse_args()?;
     let tmp = match &args.dir {
@@ -134,6 +153,14 @@ fn main() -> Result<()> {
         None => tempfile::Builder::new()
             .prefix("tooltune-bench-")
             .tempdir()?,
+    };
+    // `--keep` leaves the folder and the generated files behind.
+    let tmp = if args.keep {
+        let dir = tmp.keep();
+        println!("keeping the generated files in {}", dir.display());
+        KeptOrTemp::Kept(dir)
+    } else {
+        KeptOrTemp::Temp(tmp)
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -228,7 +255,9 @@ fn main() -> Result<()> {
             rows.push(row);
         }
         // The files are large (several GB at a million records); keep only one on disk at a time.
-        std::fs::remove_file(&file)?;
+        if !args.keep {
+            std::fs::remove_file(&file)?;
+        }
     }
     print_table(&rows);
     if !phases.is_empty() {
@@ -349,7 +378,7 @@ fn wait_with_peak_rss(pid: u32) -> Result<(ExitStatus, i64)> {
 
 /// Times `ChunkReader` over a file: the parse phase of an ingest without any database work; with `prepare`, also
 /// what the store computes per trajectory before any SQL (`tooltune_store::prepare_only`, the store's own code: ids,
-/// JSON body, description versions), to show the ceiling the CPU side sets.
+/// JSON body compressed as for SQLite, description versions), to show the ceiling the CPU side sets.
 fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> {
     let started = Instant::now();
     let mut reader = ChunkReader::open(file, FormatChoice::Fixed(format), ReadOptions::default())?;
@@ -364,7 +393,7 @@ fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> 
         }
         valid += good.len() as u64;
         if prepare {
-            let bytes = tooltune_store::prepare_only(&good);
+            let bytes = tooltune_store::prepare_only(&good, true);
             std::hint::black_box(bytes);
         }
     }

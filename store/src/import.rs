@@ -5,6 +5,7 @@
 //! (ids, JSON bodies) with rayon too, and the database writes on the async side; a bounded channel between them
 //! keeps memory flat whatever the file size.
 
+use crate::body::{StoredBody, compress};
 use crate::{Store, StoreError, q};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -74,6 +75,7 @@ impl Store {
         R: BufRead + Send + 'static,
     {
         let format = reader.format().map(|f: Format| f.to_string());
+        let sqlite = self.backend() == crate::Backend::Sqlite;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<PreparedChunk, StoreError>>(2);
         let reading = tokio::task::spawn_blocking(move || {
             let mut reader = reader;
@@ -86,7 +88,7 @@ impl Store {
                         break;
                     }
                 };
-                let prepared = prepare_chunk(chunk);
+                let prepared = prepare_chunk(chunk, sqlite);
                 if tx.blocking_send(Ok(prepared)).is_err() {
                     // The writer gave up (a database error); stop reading.
                     break;
@@ -158,7 +160,7 @@ pub(crate) struct PreparedChunk {
     invalid: Vec<SkippedRecord>,
 }
 
-fn prepare_chunk(chunk: Vec<tooltune_ingest::Parsed>) -> PreparedChunk {
+fn prepare_chunk(chunk: Vec<tooltune_ingest::Parsed>, sqlite: bool) -> PreparedChunk {
     let records = chunk.len() as u64;
     let mut invalid = Vec::new();
     let mut good = Vec::with_capacity(chunk.len());
@@ -171,7 +173,7 @@ fn prepare_chunk(chunk: Vec<tooltune_ingest::Parsed>) -> PreparedChunk {
             }),
         }
     }
-    let valid = good.par_iter().map(Prepared::new).collect();
+    let valid = good.par_iter().map(|t| Prepared::new(t, sqlite)).collect();
     PreparedChunk {
         records,
         valid,
@@ -196,11 +198,11 @@ struct Body<'a> {
 }
 
 /// Does, in parallel as an import does, all the work an import does per trajectory before any SQL (ids, JSON body,
-/// description versions) and returns the bytes prepared. For the ingest benchmark, which times the CPU side of an
-/// ingest apart from its inserts with exactly the store's code.
-pub fn prepare_only(ts: &[Trajectory]) -> usize {
+/// its compression for SQLite, description versions) and returns the bytes prepared. For the ingest benchmark,
+/// which times the CPU side of an ingest apart from its inserts with exactly the store's code.
+pub fn prepare_only(ts: &[Trajectory], sqlite: bool) -> usize {
     ts.par_iter()
-        .map(Prepared::new)
+        .map(|t| Prepared::new(t, sqlite))
         .map(|p| p.id.len() + p.body.len() + p.tools.len())
         .sum()
 }
@@ -221,7 +223,7 @@ pub(crate) struct Prepared {
     run_id: Option<String>,
     candidate_id: Option<String>,
     rollout: Option<i64>,
-    body: String,
+    body: StoredBody,
     /// (description id, tool, calls) in tool-list order.
     tools: Vec<(Arc<DescriptionRow>, i64)>,
 }
@@ -281,7 +283,8 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
 }
 
 impl Prepared {
-    fn new(t: &Trajectory) -> Prepared {
+    /// Row values for `t`; for SQLite (`sqlite`) the body is compressed (see `body.rs`).
+    fn new(t: &Trajectory, sqlite: bool) -> Prepared {
         let body = Body {
             task: &t.task,
             system: &t.system,
@@ -312,7 +315,11 @@ impl Prepared {
             candidate_id: t.links.candidate_id.clone(),
             rollout: t.links.rollout.map(i64::from),
             // Serialising plain data with string keys cannot fail.
-            body: serde_json::to_string(&body).unwrap_or_default(),
+            body: if sqlite {
+                StoredBody::Compressed(compress(&serde_json::to_vec(&body).unwrap_or_default()))
+            } else {
+                StoredBody::Json(serde_json::to_string(&body).unwrap_or_default())
+            },
             tools,
         }
     }
@@ -421,7 +428,8 @@ impl Writer {
     }
 
     pub(crate) async fn write(&mut self, ts: &[Trajectory]) -> Result<u64, StoreError> {
-        let prepared: Vec<Prepared> = ts.par_iter().map(Prepared::new).collect();
+        let sqlite = !self.numbered;
+        let prepared: Vec<Prepared> = ts.par_iter().map(|t| Prepared::new(t, sqlite)).collect();
         self.write_prepared(&prepared).await
     }
 
@@ -480,8 +488,11 @@ impl Writer {
                     .bind(p.run_id.as_deref())
                     .bind(p.candidate_id.as_deref())
                     .bind(p.rollout)
-                    .bind(self.now.as_str())
-                    .bind(p.body.as_str());
+                    .bind(self.now.as_str());
+                query = match &p.body {
+                    StoredBody::Json(s) => query.bind(s.as_str()),
+                    StoredBody::Compressed(b) => query.bind(b.as_slice()),
+                };
                 if let Some(seq) = self.next_seq.as_mut() {
                     query = query.bind(*seq);
                     *seq += 1;

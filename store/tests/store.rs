@@ -396,7 +396,7 @@ async fn postgres_run_lease_has_one_holder() {
 /// Migration 0004 re-keys `trajectory_tools` by a trajectory sequence number: a store written before it keeps
 /// every tool list, and new trajectories number on from the old ones.
 #[tokio::test]
-async fn sqlite_store_from_before_0004_keeps_its_tool_lists() {
+async fn sqlite_store_from_before_0004_keeps_its_tool_lists_and_plain_bodies() {
     use sqlx::Executor;
     let dir = tempfile::tempdir().expect("tempdir");
     let old = dir.path().join("migrations");
@@ -462,7 +462,21 @@ async fn sqlite_store_from_before_0004_keeps_its_tool_lists() {
         .expect("load")
         .expect("present");
     assert_eq!(back.tools, t.tools);
+    assert_eq!(back.task, "Sum again");
     let stats = s.tool_stats(Some("read_file")).await.expect("stats");
     assert_eq!(stats[0].shown, 2);
     s.close().await;
+    // The old body stays plain JSON text and the new one is stored compressed; both read back above.
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT typeof(body) FROM trajectories ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .expect("kinds");
+    assert_eq!(kinds, ["text", "blob"]);
+    pool.close().await;
 }
