@@ -306,6 +306,9 @@ fn ingest(
     backend: Backend,
 ) -> Result<Row> {
     let log = tmp.join(format!("{}-{}.stderr", format.name(), backend.name()));
+    // Earlier work (the generated file, the previous ingest's database) leaves dirty pages that the kernel would
+    // write back during this ingest; flush them first so each figure measures only its own ingest's writes.
+    let _ = Command::new("sync").status();
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tooltune"))
         .arg("--database-url")
