@@ -418,13 +418,6 @@ mod tests {
             self.seen.lock().expect("lock").push(req.clone());
             Ok(self.replies.lock().expect("lock").remove(0))
         }
-        async fn score_tool_choice(
-            &self,
-            _req: &ChatRequest,
-            _candidates: &[String],
-        ) -> Result<Option<Vec<f64>>, LlmError> {
-            Ok(None)
-        }
         fn usage_total(&self) -> Usage {
             Usage::default()
         }

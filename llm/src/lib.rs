@@ -180,12 +180,15 @@ pub trait ChatModel: Send + Sync {
 
     /// Exact tool-selection probabilities: for each candidate tool name, the probability that the model's
     /// first tool call names it, renormalised over the candidates (so they sum to 1). `Ok(None)` means this
-    /// backend cannot score exactly; callers then fall back to sampling [`ChatModel::chat`].
+    /// backend cannot score exactly; callers then fall back to sampling [`ChatModel::chat`]. That is the default:
+    /// only a backend that sees the model's full distribution (the local one) can do better.
     async fn score_tool_choice(
         &self,
-        req: &ChatRequest,
-        candidates: &[String],
-    ) -> Result<Option<Vec<f64>>, LlmError>;
+        _req: &ChatRequest,
+        _candidates: &[String],
+    ) -> Result<Option<Vec<f64>>, LlmError> {
+        Ok(None)
+    }
 
     /// [`ChatModel::score_tool_choice`] for several requests; the local backend shares the work of a common
     /// prompt prefix between them.

@@ -309,15 +309,8 @@ impl ChatModel for OpenAiModel {
         Ok(resp)
     }
 
-    async fn score_tool_choice(
-        &self,
-        _req: &ChatRequest,
-        _candidates: &[String],
-    ) -> Result<Option<Vec<f64>>, LlmError> {
-        // Chat endpoints expose at most top-k log-probabilities of generated tokens, not the probability
-        // of arbitrary continuations, so exact selection scores are not available here.
-        Ok(None)
-    }
+    // No `score_tool_choice`: chat endpoints expose at most top-k log-probabilities of generated tokens, not the
+    // probability of arbitrary continuations, so exact selection scores are not available here (the default).
 
     fn usage_total(&self) -> Usage {
         self.usage.lock().map(|u| *u).unwrap_or_default()

@@ -448,13 +448,6 @@ mod tests {
                 Err(e) => Err(LlmError::InvalidRequest(e)),
             }
         }
-        async fn score_tool_choice(
-            &self,
-            _req: &ChatRequest,
-            _candidates: &[String],
-        ) -> Result<Option<Vec<f64>>, LlmError> {
-            Ok(None)
-        }
         fn usage_total(&self) -> Usage {
             Usage::default()
         }
