@@ -129,24 +129,9 @@ struct Row {
     file_mb: f64,
 }
 
-/// The bench's working folder: removed at the end unless `--keep` was given.
-enum KeptOrTemp {
-    Temp(tempfile::TempDir),
-    Kept(PathBuf),
-}
-
-impl KeptOrTemp {
-    fn path(&self) -> &Path {
-        match self {
-            KeptOrTemp::Temp(t) => t.path(),
-            KeptOrTemp::Kept(p) => p,
-        }
-    }
-}
-
 fn main() -> Result<()> {
     let args = parse_args()?;
-    let tmp = match &args.dir {
+    let mut tmp = match &args.dir {
         Some(d) => tempfile::Builder::new()
             .prefix("tooltune-bench-")
             .tempdir_in(d)?,
@@ -155,13 +140,10 @@ fn main() -> Result<()> {
             .tempdir()?,
     };
     // `--keep` leaves the folder and the generated files behind.
-    let tmp = if args.keep {
-        let dir = tmp.keep();
-        println!("keeping the generated files in {}", dir.display());
-        KeptOrTemp::Kept(dir)
-    } else {
-        KeptOrTemp::Temp(tmp)
-    };
+    if args.keep {
+        tmp.disable_cleanup(true);
+        println!("keeping the generated files in {}", tmp.path().display());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -29,12 +29,18 @@ impl StoredBody {
     }
 }
 
-/// Compresses a JSON body for SQLite.
+/// Compresses a JSON body for SQLite, straight into the stored bytes (one allocation: this runs for every record
+/// of an ingest). The length prefix is the one `decompress_size_prepended` reads.
 pub(crate) fn compress(json: &[u8]) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(MARKER.len() + 4 + lz4_flex::block::get_maximum_output_size(json.len()));
-    out.extend_from_slice(MARKER);
-    out.extend_from_slice(&lz4_flex::block::compress_prepend_size(json));
+    let head = MARKER.len() + 4;
+    let mut out = vec![0; head + lz4_flex::block::get_maximum_output_size(json.len())];
+    out[..MARKER.len()].copy_from_slice(MARKER);
+    // A body over 4 GiB cannot reach here: an ingested record is capped at 64 MiB, a rollout by the model's context.
+    out[MARKER.len()..head].copy_from_slice(&(json.len() as u32).to_le_bytes());
+    // The buffer has the codec's own worst-case size, so compressing into it cannot run out of room.
+    let n = lz4_flex::block::compress_into(json, &mut out[head..])
+        .expect("the buffer has the codec's worst-case size");
+    out.truncate(head + n);
     out
 }
 

@@ -393,7 +393,8 @@ pub(crate) struct Writer {
     tx: Transaction<'static, Any>,
     known_descriptions: HashSet<String>,
     now: String,
-    numbered: bool,
+    /// SQLite (`?` placeholders, compressed bodies, numbered here) or PostgreSQL (`$N`, text bodies, BIGSERIAL).
+    sqlite: bool,
     /// SQLite: the next sequence number to give a trajectory (tool rows are keyed by it, so they append). The
     /// transaction began IMMEDIATE, holding the write lock, so no other writer gives numbers meanwhile.
     /// PostgreSQL: `None`; the column's default draws from a sequence.
@@ -421,15 +422,17 @@ impl Writer {
         Ok(Writer {
             tx,
             known_descriptions: HashSet::new(),
-            numbered: !sqlite,
+            sqlite,
             now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             next_seq,
         })
     }
 
     pub(crate) async fn write(&mut self, ts: &[Trajectory]) -> Result<u64, StoreError> {
-        let sqlite = !self.numbered;
-        let prepared: Vec<Prepared> = ts.par_iter().map(|t| Prepared::new(t, sqlite)).collect();
+        let prepared: Vec<Prepared> = ts
+            .par_iter()
+            .map(|t| Prepared::new(t, self.sqlite))
+            .collect();
         self.write_prepared(&prepared).await
     }
 
@@ -446,7 +449,7 @@ impl Writer {
             }
         }
         for chunk in new_descriptions.chunks(DESCRIPTION_BATCH) {
-            let sql = insert_sql("descriptions", DESCRIPTION_COLS, chunk.len(), self.numbered);
+            let sql = insert_sql("descriptions", DESCRIPTION_COLS, chunk.len(), !self.sqlite);
             let mut query = sqlx::query(&sql);
             for d in chunk {
                 query = query
@@ -469,7 +472,7 @@ impl Writer {
             cols.push("seq");
         }
         for chunk in batch.chunks(TRAJECTORY_BATCH) {
-            let mut sql = insert_sql("trajectories", &cols, chunk.len(), self.numbered);
+            let mut sql = insert_sql("trajectories", &cols, chunk.len(), !self.sqlite);
             sql.push_str(" RETURNING id, seq");
             let mut query = sqlx::query(&sql);
             for p in chunk {
@@ -517,7 +520,7 @@ impl Writer {
             })
             .collect();
         for chunk in rows.chunks(TOOL_BATCH) {
-            let sql = insert_sql("trajectory_tools", TOOL_COLS, chunk.len(), self.numbered);
+            let sql = insert_sql("trajectory_tools", TOOL_COLS, chunk.len(), !self.sqlite);
             let mut query = sqlx::query(&sql);
             for (seq, pos, d, tool, calls) in chunk {
                 query = query
