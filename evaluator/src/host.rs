@@ -110,6 +110,18 @@ struct Live {
     call_ids: std::collections::HashSet<String>,
 }
 
+impl Live {
+    /// Asks the model for its final answer, once: the note goes into the conversation and the stored steps, and
+    /// from then on the model is offered no tool.
+    fn tell_to_answer(&mut self, note: &str) {
+        self.told_to_answer = true;
+        self.messages.push(Message::user(note.to_string()));
+        self.steps.push(Step::User {
+            content: note.to_string(),
+        });
+    }
+}
+
 /// Runs every task to its end against `server`, with `tools` (already carrying the candidate's descriptions) as
 /// the tool list the model sees.
 pub async fn run_rollouts(
@@ -148,11 +160,7 @@ pub async fn run_rollouts(
             let l = &mut live[i];
             // Past the step limit the model must answer without tools, and is told so once.
             if l.model_turns >= tasks[i].max_steps && !l.told_to_answer {
-                l.told_to_answer = true;
-                l.messages.push(Message::user(cfg.final_turn_note.clone()));
-                l.steps.push(Step::User {
-                    content: cfg.final_turn_note.clone(),
-                });
+                l.tell_to_answer(&cfg.final_turn_note);
             }
         }
         let requests: Vec<ChatRequest> = active
@@ -250,11 +258,7 @@ pub async fn run_rollouts(
                     // A turn with neither text nor a call is no answer: small models end their turn right after
                     // a tool result as if the result had been the reply. The host asks once for the answer
                     // (the same note as at the step limit, naming no tool) instead of scoring silence.
-                    l.told_to_answer = true;
-                    l.messages.push(Message::user(cfg.final_turn_note.clone()));
-                    l.steps.push(Step::User {
-                        content: cfg.final_turn_note.clone(),
-                    });
+                    l.tell_to_answer(&cfg.final_turn_note);
                     continue;
                 }
                 l.final_answer = response.content.clone();
