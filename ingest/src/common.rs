@@ -2,12 +2,16 @@
 //! loose JSON (Langfuse and OTLP embed them), argument strings, timestamps, and the final validation step.
 
 use crate::{Format, RecordError};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
 use tooltune_core::{Step, ToolCall, ToolSpec, Trajectory};
 
 /// Decodes one record with serde, reporting the JSON path of the first field that does not fit.
-pub(crate) fn from_json<T: DeserializeOwned>(text: &str, line: u64) -> Result<T, RecordError> {
+/// Records may borrow from `text` (raw JSON kept undecoded until it is needed).
+pub(crate) fn from_json<'a, T: Deserialize<'a>>(
+    text: &'a str,
+    line: u64,
+) -> Result<T, RecordError> {
     // Path tracking wraps every nested value and costs about a third of the parse on records with large free-form
     // JSON (message histories). Bad records are rare, so decode plainly first and only replay a failure with
     // tracking to find its path.

@@ -5,18 +5,23 @@
 //! their output the assistant message); TOOL observations, and SPANs named after a listed tool, are tool results.
 
 use crate::common::{
-    ChatMsg, add_tools, chat_msg, content_text, finish, from_json, last_answer, ms_between,
-    time_key, tool_spec, value_to_text,
+    ChatMsg, add_tools, chat_msg, content_text, finish, from_json, json_message, last_answer,
+    ms_between, time_key, tool_spec, value_to_text,
 };
 use crate::{Format, RecordError};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::marker::PhantomData;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolSpec, Trajectory, Usage};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Trace {
+struct Trace<'a> {
     id: String,
     #[serde(default)]
     timestamp: Option<String>,
@@ -26,15 +31,15 @@ struct Trace {
     output: Option<Value>,
     #[serde(default)]
     metadata: Option<Value>,
-    #[serde(default)]
-    observations: Vec<Observation>,
+    #[serde(default, borrow)]
+    observations: Vec<Observation<'a>>,
     #[serde(default)]
     scores: Vec<Score>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Observation {
+struct Observation<'a> {
     #[serde(rename = "type")]
     kind: String,
     #[serde(default)]
@@ -42,8 +47,9 @@ struct Observation {
     start_time: String,
     #[serde(default)]
     end_time: Option<String>,
-    #[serde(default)]
-    input: Option<Value>,
+    /// Only a GENERATION's input is used (the messages sent); see [`RawInput`].
+    #[serde(default, borrow)]
+    input: RawInput<'a>,
     #[serde(default)]
     output: Option<Value>,
     #[serde(default)]
@@ -83,54 +89,233 @@ pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
     finish(Format::Langfuse, t, line)
 }
 
-/// What a GENERATION's input holds: the messages sent and, when the integration logged them, the tools.
+/// An observation's input, split in the same pass that reads the trace: a GENERATION's input repeats the whole
+/// history and the tool list on every turn, so its messages and tools are kept as raw JSON and decoded later, each
+/// distinct one once (see [`GenInputs`]).
+#[derive(Default)]
+enum RawInput<'a> {
+    /// A message list: a bare array, or the `messages` of `{tools, messages}` (what the OpenAI integration logs
+    /// when tools were passed).
+    Request {
+        messages: Vec<&'a RawValue>,
+        /// `tools` and `functions`, when they are arrays.
+        tools: Vec<&'a RawValue>,
+        /// Whether the messages were the `messages` field of an object (for error paths).
+        in_object: bool,
+    },
+    /// A plain prompt string.
+    Prompt(String),
+    /// Anything else (null, a number, an object without messages): no messages.
+    #[default]
+    Other,
+}
+
+/// A JSON array kept as its raw elements; any other value counts as absent.
+struct RawList<'a>(Option<Vec<&'a RawValue>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawList<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = RawList<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<&'a RawValue>()? {
+                    items.push(item);
+                }
+                Ok(RawList(Some(items)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(RawList(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(RawList(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawInput<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = RawInput<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                let RawList(items) =
+                    RawList::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(RawInput::Request {
+                    messages: items.unwrap_or_default(),
+                    tools: Vec::new(),
+                    in_object: false,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut messages = None;
+                let mut tools = Vec::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "messages" => messages = map.next_value::<RawList<'a>>()?.0,
+                        "tools" | "functions" => {
+                            let raw: &'a RawValue = map.next_value()?;
+                            if raw.get().starts_with('[') {
+                                tools.push(raw);
+                            }
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(match messages {
+                    Some(messages) => RawInput::Request {
+                        messages,
+                        tools,
+                        in_object: true,
+                    },
+                    // Tools without messages still name the tools shown.
+                    None if !tools.is_empty() => RawInput::Request {
+                        messages: Vec::new(),
+                        tools,
+                        in_object: true,
+                    },
+                    None => RawInput::Other,
+                })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawInput::Prompt(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(RawInput::Prompt(v))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(RawInput::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(RawInput::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(RawInput::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(RawInput::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(RawInput::Other)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// What a GENERATION's input holds: the messages sent, as indices into [`GenInputs::messages`].
 struct GenInput {
-    messages: Vec<(usize, ChatMsg)>,
+    messages: Vec<usize>,
+}
+
+/// Decodes the GENERATION inputs of one trace. Each turn's input repeats the messages of the turn before it, so a
+/// message whose raw JSON equals the one at the same place in the previous input is not decoded again (equal text
+/// decodes to the same message); the same goes for a tool list equal to one already read. Without this a trace of
+/// n turns decodes O(n^2) messages.
+#[derive(Default)]
+struct GenInputs<'a> {
+    messages: Vec<ChatMsg>,
+    /// The previous input's messages: raw text and index into `messages`.
+    previous: Vec<(&'a str, usize)>,
+    tool_lists: Vec<&'a str>,
     tools: Vec<ToolSpec>,
 }
 
-fn gen_input(obs: &Observation, path: &str, line: u64) -> Result<GenInput, RecordError> {
-    let mut tools = Vec::new();
-    let msgs: Option<&Vec<Value>> = match &obs.input {
-        Some(Value::Array(a)) => Some(a),
-        Some(Value::Object(o)) => {
-            // The OpenAI integration logs `{tools, messages}` when tools were passed, a bare array otherwise.
-            for key in ["tools", "functions"] {
-                if let Some(Value::Array(ts)) = o.get(key) {
-                    tools.extend(ts.iter().filter_map(tool_spec));
-                }
+impl<'a> GenInputs<'a> {
+    fn decode(
+        &mut self,
+        obs: &Observation<'a>,
+        path: &str,
+        line: u64,
+    ) -> Result<GenInput, RecordError> {
+        let (raw, tool_lists, base) = match &obs.input {
+            RawInput::Request {
+                messages,
+                tools,
+                in_object,
+            } => (
+                messages,
+                tools,
+                if *in_object {
+                    format!("{path}.input.messages")
+                } else {
+                    format!("{path}.input")
+                },
+            ),
+            RawInput::Prompt(prompt) => {
+                // A plain prompt string is one user message.
+                self.messages.push(ChatMsg {
+                    role: "user".into(),
+                    text: Some(prompt.clone()),
+                    ..ChatMsg::default()
+                });
+                return Ok(GenInput {
+                    messages: vec![self.messages.len() - 1],
+                });
             }
-            match o.get("messages") {
-                Some(Value::Array(a)) => Some(a),
-                _ => None,
+            RawInput::Other => {
+                return Ok(GenInput {
+                    messages: Vec::new(),
+                });
             }
-        }
-        _ => None,
-    };
-    let mut messages = Vec::new();
-    if let Some(msgs) = msgs {
-        let base = if matches!(obs.input, Some(Value::Array(_))) {
-            format!("{path}.input")
-        } else {
-            format!("{path}.input.messages")
         };
-        for (i, m) in msgs.iter().enumerate() {
-            let msg = chat_msg(m, "user")
-                .map_err(|(p, e)| RecordError::at(line, format!("{base}[{i}]{p}"), e))?;
-            messages.push((i, msg));
+        for list in tool_lists {
+            if !self.tool_lists.contains(&list.get()) {
+                self.tool_lists.push(list.get());
+                let ts: Vec<Value> = serde_json::from_str(list.get()).map_err(|e| {
+                    RecordError::at(line, format!("{path}.input.tools"), json_message(&e))
+                })?;
+                add_tools(&mut self.tools, ts.iter().filter_map(tool_spec));
+            }
         }
-    } else if let Some(Value::String(prompt)) = &obs.input {
-        // A plain prompt string is one user message.
-        messages.push((
-            0,
-            ChatMsg {
-                role: "user".into(),
-                text: Some(prompt.clone()),
-                ..ChatMsg::default()
-            },
-        ));
+        let mut current = Vec::with_capacity(raw.len());
+        for (i, m) in raw.iter().enumerate() {
+            let text = m.get();
+            let at = match self.previous.get(i) {
+                Some(&(prev, at)) if prev == text => at,
+                _ => {
+                    let v: Value = serde_json::from_str(text).map_err(|e| {
+                        RecordError::at(line, format!("{base}[{i}]"), json_message(&e))
+                    })?;
+                    let msg = chat_msg(&v, "user")
+                        .map_err(|(p, e)| RecordError::at(line, format!("{base}[{i}]{p}"), e))?;
+                    self.messages.push(msg);
+                    self.messages.len() - 1
+                }
+            };
+            current.push((text, at));
+        }
+        let messages = current.iter().map(|&(_, at)| at).collect();
+        self.previous = current;
+        Ok(GenInput { messages })
     }
-    Ok(GenInput { messages, tools })
 }
 
 fn gen_output(obs: &Observation, path: &str, line: u64) -> Result<ChatMsg, RecordError> {
@@ -195,7 +380,7 @@ fn metadata_tools(v: &Option<Value>) -> Vec<ToolSpec> {
     }
 }
 
-fn convert(trace: Trace, line: u64) -> Result<Trajectory, RecordError> {
+fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
     // Order by start time; the original index breaks ties and names the observation in errors.
     let mut order: Vec<(i64, usize)> = Vec::with_capacity(trace.observations.len());
     for (i, o) in trace.observations.iter().enumerate() {
@@ -211,15 +396,15 @@ fn convert(trace: Trace, line: u64) -> Result<Trajectory, RecordError> {
     order.sort_unstable();
 
     let mut inputs: HashMap<usize, GenInput> = HashMap::new();
-    let mut tools: Vec<ToolSpec> = Vec::new();
+    let mut decoded = GenInputs::default();
     for &(_, i) in &order {
         let o = &trace.observations[i];
         if o.kind == "GENERATION" {
-            let inp = gen_input(o, &format!("observations[{i}]"), line)?;
-            add_tools(&mut tools, inp.tools.iter().cloned());
+            let inp = decoded.decode(o, &format!("observations[{i}]"), line)?;
             inputs.insert(i, inp);
         }
     }
+    let mut tools = std::mem::take(&mut decoded.tools);
     if tools.is_empty() {
         for &(_, i) in &order {
             let o = &trace.observations[i];
@@ -253,7 +438,7 @@ fn convert(trace: Trace, line: u64) -> Result<Trajectory, RecordError> {
             model = model.or_else(|| o.model.clone());
             let inp = &inputs[&i];
             let mut users = 0usize;
-            for (_, m) in &inp.messages {
+            for m in inp.messages.iter().map(|&at| &decoded.messages[at]) {
                 match m.role.as_str() {
                     "system" | "developer" if task.is_none() && users == 0 => {
                         if let Some(t) = &m.text {
@@ -432,6 +617,107 @@ fn outcome_from_scores(scores: &[Score]) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One GENERATION observation with the given input and output, as a trace line.
+    fn generation(at: u32, input: &str, output: &str) -> String {
+        format!(
+            r#"{{"type": "GENERATION", "name": "chat", "startTime": "2025-06-02T09:15:0{at}.000Z", "input": {input}, "output": {output}}}"#
+        )
+    }
+
+    fn trace(observations: &[String]) -> String {
+        format!(
+            r#"{{"id": "t1", "observations": [{}]}}"#,
+            observations.join(", ")
+        )
+    }
+
+    const TOOLS: &str = r#"[{"type": "function", "function": {"name": "read_file", "description": "Reads a file.", "parameters": {"type": "object"}}}]"#;
+
+    #[test]
+    fn every_generation_input_shape_is_read() {
+        let tools = TOOLS;
+        let user = r#"{"role": "user", "content": "Sum notes.txt"}"#;
+        // `{tools, messages}`; then a bare array; then `{tools}` alone; then a prompt string; then null and a number.
+        let t = parse(
+            &trace(&[
+                generation(
+                    1,
+                    &format!(r#"{{"tools": {tools}, "messages": [{user}], "model": "m"}}"#),
+                    r#"{"role": "assistant", "content": "one"}"#,
+                ),
+                generation(2, &format!("[{user}]"), r#""two""#),
+                generation(
+                    3,
+                    &format!(r#"{{"tools": {tools}, "messages": "not a list"}}"#),
+                    r#""three""#,
+                ),
+                generation(4, r#""Now say four""#, r#""four""#),
+                generation(5, "null", r#""five""#),
+                generation(6, "7", r#""six""#),
+            ]),
+            1,
+        )
+        .expect("trace");
+        assert_eq!(t.task, "Sum notes.txt");
+        assert_eq!(t.tools.len(), 1);
+        assert_eq!(t.tools[0].description, "Reads a file.");
+        let answers: Vec<_> = t
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Model { content, .. } => content.clone(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers, ["one", "two", "three", "four", "five", "six"]);
+    }
+
+    #[test]
+    fn a_message_that_changes_in_place_is_decoded_again() {
+        // The second turn's history holds, at the same place and with the same length, a different tool message
+        // than the first turn's: its content must be read, not taken over from the first turn.
+        let call = r#"{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}"#;
+        let t = parse(
+            &trace(&[
+                generation(1, &format!(r#"{{"tools": {TOOLS}, "messages": [{{"role": "user", "content": "task"}}, {{"role": "tool", "tool_call_id": "c1", "content": "stale"}}]}}"#), call),
+                generation(2, &format!(r#"{{"tools": {TOOLS}, "messages": [{{"role": "user", "content": "task"}}, {{"role": "tool", "tool_call_id": "c1", "content": "fresh"}}]}}"#), r#""done""#),
+            ]),
+            1,
+        )
+        .expect("trace");
+        let results: Vec<_> = t
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::ToolResult { content, .. } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results, ["fresh"]);
+    }
+
+    #[test]
+    fn a_bad_message_in_a_later_turn_is_named_by_its_path() {
+        let e = parse(
+            &trace(&[
+                generation(1, r#"[{"role": "user", "content": "first"}]"#, r#""a""#),
+                generation(
+                    2,
+                    r#"{"messages": [{"role": "user", "content": "first"}, {"role": 3}]}"#,
+                    r#""b""#,
+                ),
+            ]),
+            4,
+        )
+        .expect_err("bad role");
+        assert_eq!(e.line, 4);
+        assert_eq!(
+            e.path.as_deref(),
+            Some("observations[1].input.messages[1].role"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn success_names_are_matched_by_word() {

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -552,66 +553,130 @@ fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> 
     };
     let mut out = Vec::with_capacity(lite.len());
     for (n, m) in lite.into_iter().enumerate() {
-        let role = m.role.unwrap_or_else(|| "assistant".to_string());
-        if let Some(parts) = m.parts {
-            let mut texts: Vec<String> = Vec::new();
-            let mut calls = Vec::new();
-            let mut responses = Vec::new();
-            for p in parts {
-                match p.kind.as_deref() {
-                    Some("text") => {
-                        if let Some(Value::String(t)) = p.content {
-                            texts.push(t);
-                        }
-                    }
-                    Some("tool_call") => {
-                        let Some(name) = p.name else {
-                            return Err(rec.error(
-                                &format!(".attributes[{i}]"),
-                                format!("`{key}`[{n}]: a tool_call part has no name"),
-                            ));
-                        };
-                        calls.push(ToolCall {
-                            id: p.id,
-                            name,
-                            arguments: arguments_value(p.arguments.as_ref()),
-                        });
-                    }
-                    Some("tool_call_response") => responses.push((
-                        p.id,
-                        value_to_text(&p.response.or(p.result).unwrap_or(Value::Null)),
-                    )),
-                    _ => {}
-                }
-            }
-            out.push(OMsg {
-                role,
-                text: (!texts.is_empty()).then(|| texts.join("\n")),
-                calls,
-                responses,
-            });
-        } else {
-            let mut o = serde_json::Map::new();
-            o.insert("role".into(), Value::String(role));
-            o.insert("content".into(), m.content.unwrap_or(Value::Null));
-            o.insert("tool_calls".into(), m.tool_calls.unwrap_or(Value::Null));
-            let msg = chat_msg(&Value::Object(o), "assistant").map_err(|(_, e)| {
-                rec.error(&format!(".attributes[{i}]"), format!("`{key}`[{n}]: {e}"))
-            })?;
-            let responses = if msg.role == "tool" {
-                vec![(m.tool_call_id, msg.text.clone().unwrap_or_default())]
-            } else {
-                Vec::new()
-            };
-            out.push(OMsg {
-                role: msg.role,
-                text: if responses.is_empty() { msg.text } else { None },
-                calls: msg.tool_calls,
-                responses,
-            });
-        }
+        out.push(omsg(rec, key, i, n, m)?);
     }
     Ok(Some(out))
+}
+
+/// Converts one decoded message; `i` is the attribute's index and `n` the message's, for errors.
+fn omsg(rec: &SpanRec, key: &str, i: usize, n: usize, m: LiteMsg) -> Result<OMsg, RecordError> {
+    let role = m.role.unwrap_or_else(|| "assistant".to_string());
+    if let Some(parts) = m.parts {
+        let mut texts: Vec<String> = Vec::new();
+        let mut calls = Vec::new();
+        let mut responses = Vec::new();
+        for p in parts {
+            match p.kind.as_deref() {
+                Some("text") => {
+                    if let Some(Value::String(t)) = p.content {
+                        texts.push(t);
+                    }
+                }
+                Some("tool_call") => {
+                    let Some(name) = p.name else {
+                        return Err(rec.error(
+                            &format!(".attributes[{i}]"),
+                            format!("`{key}`[{n}]: a tool_call part has no name"),
+                        ));
+                    };
+                    calls.push(ToolCall {
+                        id: p.id,
+                        name,
+                        arguments: arguments_value(p.arguments.as_ref()),
+                    });
+                }
+                Some("tool_call_response") => responses.push((
+                    p.id,
+                    value_to_text(&p.response.or(p.result).unwrap_or(Value::Null)),
+                )),
+                _ => {}
+            }
+        }
+        Ok(OMsg {
+            role,
+            text: (!texts.is_empty()).then(|| texts.join("\n")),
+            calls,
+            responses,
+        })
+    } else {
+        let mut o = serde_json::Map::new();
+        o.insert("role".into(), Value::String(role));
+        o.insert("content".into(), m.content.unwrap_or(Value::Null));
+        o.insert("tool_calls".into(), m.tool_calls.unwrap_or(Value::Null));
+        let msg = chat_msg(&Value::Object(o), "assistant").map_err(|(_, e)| {
+            rec.error(&format!(".attributes[{i}]"), format!("`{key}`[{n}]: {e}"))
+        })?;
+        let responses = if msg.role == "tool" {
+            vec![(m.tool_call_id, msg.text.clone().unwrap_or_default())]
+        } else {
+            Vec::new()
+        };
+        Ok(OMsg {
+            role: msg.role,
+            text: if responses.is_empty() { msg.text } else { None },
+            calls: msg.tool_calls,
+            responses,
+        })
+    }
+}
+
+/// The input messages of one trace's chat spans. Every chat span repeats the history before it, so a message whose
+/// JSON text equals the one at the same place in the previous span's input is not decoded again (equal text decodes
+/// to the same message); without this a trace of n turns decodes O(n^2) messages.
+#[derive(Default)]
+struct History<'a> {
+    decoded: Vec<OMsg>,
+    /// The previous input's messages: raw text and index into `decoded`.
+    previous: Vec<(&'a str, usize)>,
+}
+
+impl<'a> History<'a> {
+    /// The messages of attribute `key` on `rec`, as indices into `decoded`; `None` when the span does not have it.
+    fn of(&mut self, rec: &'a SpanRec, key: &str) -> Result<Option<Vec<usize>>, RecordError> {
+        let Some((i, v)) = rec.attr(key) else {
+            return Ok(None);
+        };
+        let Some(text) = v.string_value.as_deref() else {
+            // Recorded structured: rare, and already one value per message.
+            let start = self.decoded.len();
+            self.decoded.extend(messages(rec, key)?.unwrap_or_default());
+            return Ok(Some((start..self.decoded.len()).collect()));
+        };
+        let at = format!(".attributes[{i}].value.stringValue");
+        let raw: Vec<&'a RawValue> = serde_json::from_str(text).map_err(|e| {
+            let what = match e.classify() {
+                serde_json::error::Category::Data => "does not follow the messages schema",
+                _ => "is not valid JSON",
+            };
+            rec.error(
+                &at,
+                format!("`{key}` {what}: {}", crate::common::json_message(&e)),
+            )
+        })?;
+        let mut current = Vec::with_capacity(raw.len());
+        for (n, r) in raw.into_iter().enumerate() {
+            let idx = match self.previous.get(n) {
+                Some(&(prev, idx)) if prev == r.get() => idx,
+                _ => {
+                    let m: LiteMsg = serde_json::from_str(r.get()).map_err(|e| {
+                        rec.error(
+                            &at,
+                            format!(
+                                "`{key}`[{n}] does not follow the messages schema: {}",
+                                crate::common::json_message(&e)
+                            ),
+                        )
+                    })?;
+                    self.decoded.push(omsg(rec, key, i, n, m)?);
+                    self.decoded.len() - 1
+                }
+            };
+            current.push((r.get(), idx));
+        }
+        let out = current.iter().map(|&(_, idx)| idx).collect();
+        self.previous = current;
+        Ok(Some(out))
+    }
 }
 
 fn system_text(v: &Value) -> Option<String> {
@@ -652,13 +717,16 @@ fn build(
     // Tools: every definition list in the trace (first definition of a name wins), then tools only seen executed.
     let mut tools: Vec<ToolSpec> = Vec::new();
     // Instrumentations repeat the same definitions on every chat span; decode each distinct string once.
-    let mut seen_defs: HashSet<&str> = HashSet::new();
+    // A trace holds one or a few distinct lists, so a linear search (length, then memcmp) beats SipHashing kilobytes.
+    let mut seen_defs: Vec<&str> = Vec::new();
     for s in &spans {
         if let Some((_, v)) = s.attr("gen_ai.tool.definitions")
             && let Some(raw) = v.string_value.as_deref()
-            && !seen_defs.insert(raw)
         {
-            continue;
+            if seen_defs.contains(&raw) {
+                continue;
+            }
+            seen_defs.push(raw);
         }
         if let Some(v) = s.attr_json("gen_ai.tool.definitions")? {
             let Value::Array(defs) = &v else {
@@ -696,6 +764,7 @@ fn build(
     let mut users_seen = 0usize;
     let mut call_names: HashMap<String, String> = HashMap::new();
     let mut answered: HashSet<String> = HashSet::new();
+    let mut history = History::default();
 
     for s in &spans {
         if s.is_inference() {
@@ -709,9 +778,9 @@ fn build(
             {
                 system = system_text(&v);
             }
-            let input = messages(s, "gen_ai.input.messages")?.unwrap_or_default();
+            let input = history.of(s, "gen_ai.input.messages")?.unwrap_or_default();
             let mut users = 0usize;
-            for m in &input {
+            for m in input.iter().map(|&idx| &history.decoded[idx]) {
                 match m.role.as_str() {
                     "system" | "developer" if task.is_none() && users == 0 && system.is_none() => {
                         system = m.text.clone();

@@ -327,3 +327,48 @@ fn a_wrong_span_field_type_reports_the_path() {
         Some("resourceSpans[0].scopeSpans[0].spans[0].startTimeUnixNano")
     );
 }
+
+#[test]
+fn a_history_message_that_changes_in_place_is_read_again() {
+    // Chat spans repeat the history; the reader reuses a message equal to the one at the same place in the previous
+    // span. Here the second span holds, at the same place and with the same length, a different tool response than
+    // the first: the result must be the second's.
+    let t = "abababababababababababababababab";
+    let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "k1", "name": "calculator",
+                                                     "arguments": {"expression": "2+2"}}]});
+    let response = |text: &str| json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": "k1", "response": text}]});
+    let c1 = chat(
+        t,
+        "c1",
+        "r",
+        1,
+        json!([user("What is 2+2?"), response("stale")]),
+        json!([call]),
+    );
+    let c2 = chat(
+        t,
+        "c2",
+        "r",
+        2,
+        json!([user("What is 2+2?"), response("fresh")]),
+        json!([answer("4")]),
+    );
+    let root = span(
+        t,
+        "r",
+        "",
+        0,
+        vec![s("gen_ai.operation.name", "invoke_agent")],
+    );
+    let out = read(line(vec![c1, c2, root]), ReadOptions::default());
+    let traj = out[0].result.as_ref().expect("trace");
+    let results: Vec<&str> = traj
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, ["fresh"]);
+}
