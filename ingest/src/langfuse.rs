@@ -255,7 +255,8 @@ impl<'a> GenInputs<'a> {
         path: &str,
         line: u64,
     ) -> Result<GenInput, RecordError> {
-        let (raw, tool_lists, base) = match &obs.input {
+        // Where the list sits, for errors only: formatted when one happens, not on every turn.
+        let (raw, tool_lists, at_list) = match &obs.input {
             RawInput::Request {
                 messages,
                 tools,
@@ -264,9 +265,9 @@ impl<'a> GenInputs<'a> {
                 messages,
                 tools,
                 if *in_object {
-                    format!("{path}.input.messages")
+                    ".input.messages"
                 } else {
-                    format!("{path}.input")
+                    ".input"
                 },
             ),
             RawInput::Prompt(prompt) => {
@@ -289,9 +290,8 @@ impl<'a> GenInputs<'a> {
         for list in tool_lists {
             if !self.tool_lists.contains(&list.get()) {
                 self.tool_lists.push(list.get());
-                let ts: Vec<Value> = serde_json::from_str(list.get()).map_err(|e| {
-                    RecordError::at(line, format!("{path}.input.tools"), json_message(&e))
-                })?;
+                // The reading pass already checked this is a well-formed JSON array, so it decodes.
+                let ts: Vec<Value> = serde_json::from_str(list.get()).unwrap_or_default();
                 add_tools(&mut self.tools, ts.iter().filter_map(tool_spec));
             }
         }
@@ -302,10 +302,11 @@ impl<'a> GenInputs<'a> {
                 Some(&(prev, at)) if prev == text => at,
                 _ => {
                     let v: Value = serde_json::from_str(text).map_err(|e| {
-                        RecordError::at(line, format!("{base}[{i}]"), json_message(&e))
+                        RecordError::at(line, format!("{path}{at_list}[{i}]"), json_message(&e))
                     })?;
-                    let msg = chat_msg(&v, "user")
-                        .map_err(|(p, e)| RecordError::at(line, format!("{base}[{i}]{p}"), e))?;
+                    let msg = chat_msg(&v, "user").map_err(|(p, e)| {
+                        RecordError::at(line, format!("{path}{at_list}[{i}]{p}"), e)
+                    })?;
                     self.messages.push(msg);
                     self.messages.len() - 1
                 }
@@ -636,20 +637,19 @@ mod tests {
 
     #[test]
     fn every_generation_input_shape_is_read() {
-        let tools = TOOLS;
         let user = r#"{"role": "user", "content": "Sum notes.txt"}"#;
         // `{tools, messages}`; then a bare array; then `{tools}` alone; then a prompt string; then null and a number.
         let t = parse(
             &trace(&[
                 generation(
                     1,
-                    &format!(r#"{{"tools": {tools}, "messages": [{user}], "model": "m"}}"#),
+                    &format!(r#"{{"tools": {TOOLS}, "messages": [{user}], "model": "m"}}"#),
                     r#"{"role": "assistant", "content": "one"}"#,
                 ),
                 generation(2, &format!("[{user}]"), r#""two""#),
                 generation(
                     3,
-                    &format!(r#"{{"tools": {tools}, "messages": "not a list"}}"#),
+                    &format!(r#"{{"tools": {TOOLS}, "messages": "not a list"}}"#),
                     r#""three""#,
                 ),
                 generation(4, r#""Now say four""#, r#""four""#),

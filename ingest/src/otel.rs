@@ -642,14 +642,15 @@ impl<'a> History<'a> {
             self.decoded.extend(messages(rec, key)?.unwrap_or_default());
             return Ok(Some((start..self.decoded.len()).collect()));
         };
-        let at = format!(".attributes[{i}].value.stringValue");
+        // Formatted only when an error happens, not on every span.
+        let at = || format!(".attributes[{i}].value.stringValue");
         let raw: Vec<&'a RawValue> = serde_json::from_str(text).map_err(|e| {
             let what = match e.classify() {
                 serde_json::error::Category::Data => "does not follow the messages schema",
                 _ => "is not valid JSON",
             };
             rec.error(
-                &at,
+                &at(),
                 format!("`{key}` {what}: {}", crate::common::json_message(&e)),
             )
         })?;
@@ -660,7 +661,7 @@ impl<'a> History<'a> {
                 _ => {
                     let m: LiteMsg = serde_json::from_str(r.get()).map_err(|e| {
                         rec.error(
-                            &at,
+                            &at(),
                             format!(
                                 "`{key}`[{n}] does not follow the messages schema: {}",
                                 crate::common::json_message(&e)
