@@ -132,9 +132,13 @@ struct Row {
 fn main() -> Result<()> {
     let args = parse_args()?;
     let mut tmp = match &args.dir {
-        Some(d) => tempfile::Builder::new()
-            .prefix("tooltune-bench-")
-            .tempdir_in(d)?,
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("--dir {}", d.display()))?;
+            tempfile::Builder::new()
+                .prefix("tooltune-bench-")
+                .tempdir_in(d)
+                .with_context(|| format!("--dir {}", d.display()))?
+        }
         None => tempfile::Builder::new()
             .prefix("tooltune-bench-")
             .tempdir()?,

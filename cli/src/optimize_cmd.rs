@@ -95,15 +95,17 @@ pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>)
     })
 }
 
-/// A progress display fed by the driver's events.
+/// A progress display fed by the driver's events. `spent_before` is what a resumed run had already spent: the
+/// time estimate divides only this process's time by only this process's rollouts.
 pub fn progress_printer(
     label: String,
     budget: u64,
+    spent_before: u64,
 ) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
     let bar = ProgressBar::new(budget);
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}) {msg}",
+            "{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}, ~{eta} left) {msg}",
         )
         .unwrap_or(ProgressStyle::default_bar())
         .progress_chars("=> "),
@@ -145,7 +147,17 @@ pub fn progress_printer(
             ..
         } => {
             b.set_position((*rollouts_spent).min(b.length().unwrap_or(u64::MAX)));
-            say(&b, format!("  c{candidate} {phase}: mean {mean:.3}"));
+            let left = time_left(
+                started.elapsed().as_secs_f64(),
+                rollouts_spent.saturating_sub(spent_before),
+                budget.saturating_sub(*rollouts_spent),
+            );
+            say(
+                &b,
+                format!(
+                    "  c{candidate} {phase}: mean {mean:.3} ({rollouts_spent}/{budget} rollouts{left})"
+                ),
+            );
         }
         Event::Reflecting { parent, tool } => {
             let m = format!("reflecting on c{parent}'s `{tool}`");
@@ -181,6 +193,20 @@ pub fn progress_printer(
     (bar, f)
 }
 
+/// ", about N min left" from the pace so far, or nothing before there is a pace or when the budget has no rollout
+/// limit. The pace includes reflection, which a rollout-only rate would leave out.
+fn time_left(elapsed_s: f64, spent_here: u64, remaining: u64) -> String {
+    if spent_here == 0 || remaining == 0 {
+        return String::new();
+    }
+    let s = elapsed_s / spent_here as f64 * remaining as f64;
+    if s < 90.0 {
+        format!(", about {s:.0} s left")
+    } else {
+        format!(", about {:.0} min left", s / 60.0)
+    }
+}
+
 pub async fn run(
     db: &str,
     config: Option<&std::path::Path>,
@@ -211,7 +237,9 @@ pub async fn run(
             args.models.api_key_env.as_deref(),
         )
         .await?;
-        let (bar, on_event) = progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg));
+        let spent_before = u64::try_from(store.count_rollouts(run_id).await?).unwrap_or(0);
+        let (bar, on_event) =
+            progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg), spent_before);
         let r = tooltune_driver::resume(&store, run_id, models, stop, &on_event).await;
         bar.finish_and_clear();
         r?
@@ -269,6 +297,7 @@ pub async fn run(
         let (bar, on_event) = progress_printer(
             format!("{} on {}", objective.as_str(), loaded.name),
             args.budget,
+            0,
         );
         let r = tooltune_driver::start(&store, cfg, models, stop, &on_event).await;
         bar.finish_and_clear();

@@ -324,13 +324,14 @@ fn clean_description(section: &str, tool: &str, echo_markers: &[String]) -> Stri
     strip_decoration(&d).to_string()
 }
 
-/// Sentences about a description rather than about the tool. Narrow on purpose: "returns a description of
-/// the product" is a fine thing for a tool description to say.
+/// Sentences about a description rather than about the tool, or plans for changing it ("should be updated to
+/// include ..."). Narrow on purpose: "returns a description of the product" is a fine thing for a tool
+/// description to say, and so is "use it when a record should be updated".
 fn meta_talk() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
         &R,
-        r"(?i)\b(?:(?:current|new|old|updated|original|better|improved|revised|proposed)\s+description|more\s+\w+\s+description|(?:the|this|that)\s+description\s+(?:is|was|should|would|could|does|did|of\s+\S+\s+(?:is|should)))\b",
+        r"(?i)\b(?:(?:current|new|old|updated|original|better|improved|revised|proposed)\s+description|more\s+\w+\s+description|(?:the|this|that)\s+description\s+(?:is|was|should|would|could|does|did|of\s+\S+\s+(?:is|should))|should\s+be\s+(?:updated|changed|rewritten|revised|modified|improved|expanded)\s+to\s+(?:include|mention|say|state|describe|specify|explain|clarify|cover|list))\b",
     )
 }
 
@@ -713,6 +714,13 @@ mod tests {
         assert_eq!(
             rejected(
                 "DESCRIPTION: The current description is too broad and should list what it covers."
+            ),
+            Rejection::MetaCommentary
+        );
+        // Accepted by the 1.5B demo run before this pattern: a plan for the tool, not a description of it.
+        assert_eq!(
+            rejected(
+                "DESCRIPTION: The search_docs tool should be updated to include the format of the query required to search the company's internal documentation."
             ),
             Rejection::MetaCommentary
         );

@@ -20,6 +20,7 @@ use serde_json::Value;
 const SYSTEM: &str = include_str!("../templates/system.jinja");
 const REFLECT: &str = include_str!("../templates/reflect.jinja");
 const RETRY: &str = include_str!("../templates/retry.jinja");
+const DESCRIBE: &str = include_str!("../templates/describe.jinja");
 
 /// Opens a data block in the prompt.
 pub const OPEN: &str = "\u{ab}";
@@ -81,6 +82,7 @@ fn environment() -> Result<Environment<'static>, ReflectionError> {
         ("system.jinja", SYSTEM),
         ("reflect.jinja", REFLECT),
         ("retry.jinja", RETRY),
+        ("describe.jinja", DESCRIBE),
     ] {
         env.add_template(name, src)
             .map_err(|e| ReflectionError::template(name, &e))?;
@@ -188,6 +190,15 @@ pub fn render_retry(tool: &str, reason: &str, max_chars: usize) -> Result<String
         "max_chars": max_chars,
     });
     render_one("retry.jinja", &ctx)
+}
+
+/// The message that continues a conversation whose reply had a diagnosis but no description.
+pub fn render_describe(tool: &str, max_chars: usize) -> Result<String, ReflectionError> {
+    let ctx = serde_json::json!({
+        "tool": escape_data(tool),
+        "max_chars": max_chars,
+    });
+    render_one("describe.jinja", &ctx)
 }
 
 /// Lines of the prompt outside data blocks that are long enough to be recognisable, plus the longer
