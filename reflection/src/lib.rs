@@ -489,6 +489,17 @@ mod tests {
         }
     }
 
+    /// Reflects on `request(goal)` with a fake scripted to give `replies`; returns the fake (for what it was
+    /// sent) and the proposal.
+    async fn scripted(
+        replies: &[Result<&str, &str>],
+        goal: Goal,
+    ) -> (ScriptedFakeReflector, Proposal) {
+        let m = ScriptedFakeReflector::new(replies);
+        let p = reflect(&m, &request(goal)).await.expect("reflects");
+        (m, p)
+    }
+
     fn request(goal: Goal) -> ReflectionRequest {
         ReflectionRequest {
             tool: "search_docs".into(),
@@ -510,12 +521,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_good_first_reply_is_accepted() {
-        let m = ScriptedFakeReflector::new(&[Ok(
-            "DIAGNOSIS: vague.\nDESCRIPTION: Search the billing SDK reference.",
-        )]);
-        let p = reflect(&m, &request(Goal::TaskSuccess))
-            .await
-            .expect("reflects");
+        let (m, p) = scripted(
+            &[Ok(
+                "DIAGNOSIS: vague.\nDESCRIPTION: Search the billing SDK reference.",
+            )],
+            Goal::TaskSuccess,
+        )
+        .await;
         assert_eq!(
             p.description.as_deref(),
             Some("Search the billing SDK reference.")
@@ -537,14 +549,11 @@ mod tests {
 
     #[tokio::test]
     async fn bad_replies_are_retried_with_the_fault_named_then_recorded_as_a_failure() {
-        let m = ScriptedFakeReflector::new(&[
+        let (m, p) = scripted(&[
             Ok("Certainly, I'd be happy to help!"),
             Ok("DIAGNOSIS: it lost.\nDESCRIPTION: Search the company's internal documentation."),
             Ok("DESCRIPTION: Certainly! Here it is."),
-        ]);
-        let p = reflect(&m, &request(Goal::Selection))
-            .await
-            .expect("reflects");
+        ], Goal::Selection).await;
         assert!(!p.succeeded());
         assert_eq!(p.description, None);
         assert_eq!(p.diagnosis.as_deref(), Some("it lost."));
@@ -590,13 +599,14 @@ mod tests {
     #[tokio::test]
     async fn a_reply_that_only_diagnosed_is_asked_for_the_description_in_the_same_conversation() {
         let diagnosis_only = "DIAGNOSIS: the agent could not tell internal documents from the web.";
-        let m = ScriptedFakeReflector::new(&[
-            Ok(diagnosis_only),
-            Ok("DESCRIPTION: Search Quillmark's internal handbook, runbooks and SDK notes."),
-        ]);
-        let p = reflect(&m, &request(Goal::TaskSuccess))
-            .await
-            .expect("reflects");
+        let (m, p) = scripted(
+            &[
+                Ok(diagnosis_only),
+                Ok("DESCRIPTION: Search Quillmark's internal handbook, runbooks and SDK notes."),
+            ],
+            Goal::TaskSuccess,
+        )
+        .await;
         assert_eq!(
             p.description.as_deref(),
             Some("Search Quillmark's internal handbook, runbooks and SDK notes.")
@@ -633,14 +643,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_follow_up_that_fails_too_starts_over_with_the_fault_named() {
-        let m = ScriptedFakeReflector::new(&[
-            Ok("DIAGNOSIS: too vague."),
-            Ok("DIAGNOSIS: still too vague."),
-            Ok("DIAGNOSIS: vague.\nDESCRIPTION: Search the internal handbook."),
-        ]);
-        let p = reflect(&m, &request(Goal::TaskSuccess))
-            .await
-            .expect("reflects");
+        let (m, p) = scripted(
+            &[
+                Ok("DIAGNOSIS: too vague."),
+                Ok("DIAGNOSIS: still too vague."),
+                Ok("DIAGNOSIS: vague.\nDESCRIPTION: Search the internal handbook."),
+            ],
+            Goal::TaskSuccess,
+        )
+        .await;
         assert_eq!(
             p.description.as_deref(),
             Some("Search the internal handbook.")
