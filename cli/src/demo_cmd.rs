@@ -24,8 +24,9 @@ pub struct DemoArgs {
     /// The suite (default: the bundled `contractor` suite, found from the working directory or beside the binary).
     #[arg(long)]
     suite: Option<PathBuf>,
-    /// Budget in rollouts for each objective's search (the final held-out comparison comes on top). The default
-    /// fits both searches, the comparisons and the report in about 12 minutes on two cores with the embedded 1.5B.
+    /// Budget in rollouts for each objective's search (the final held-out comparison comes on top). With the
+    /// embedded 1.5B the default takes about 12 minutes on two cores of a recent (AVX-512) CPU, about an hour on
+    /// an older AVX2-only one.
     #[arg(long, default_value_t = 70)]
     budget: u64,
     /// Wall-clock limit in minutes for each objective's search (the final held-out comparison comes on top).

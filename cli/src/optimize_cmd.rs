@@ -147,16 +147,20 @@ pub fn progress_printer(
             ..
         } => {
             b.set_position((*rollouts_spent).min(b.length().unwrap_or(u64::MAX)));
-            let left = time_left(
-                started.elapsed().as_secs_f64(),
-                rollouts_spent.saturating_sub(spent_before),
-                budget.saturating_sub(*rollouts_spent),
-            );
+            // A run without a rollout limit (budget 0) has no "of N" and no estimate.
+            let spent = if budget == 0 {
+                format!("{rollouts_spent} rollouts")
+            } else {
+                let left = time_left(
+                    started.elapsed().as_secs_f64(),
+                    rollouts_spent.saturating_sub(spent_before),
+                    budget.saturating_sub(*rollouts_spent),
+                );
+                format!("{rollouts_spent}/{budget} rollouts{left}")
+            };
             say(
                 &b,
-                format!(
-                    "  c{candidate} {phase}: mean {mean:.3} ({rollouts_spent}/{budget} rollouts{left})"
-                ),
+                format!("  c{candidate} {phase}: mean {mean:.3} ({spent})"),
             );
         }
         Event::Reflecting { parent, tool } => {
@@ -193,8 +197,8 @@ pub fn progress_printer(
     (bar, f)
 }
 
-/// ", about N min left" from the pace so far, or nothing before there is a pace or when the budget has no rollout
-/// limit. The pace includes reflection, which a rollout-only rate would leave out.
+/// ", about N min left" from the pace so far, or nothing before there is a pace or once the budget is spent. The
+/// pace includes reflection, which a rollout-only rate would leave out.
 fn time_left(elapsed_s: f64, spent_here: u64, remaining: u64) -> String {
     if spent_here == 0 || remaining == 0 {
         return String::new();
@@ -485,4 +489,18 @@ async fn from_traces(
         "proposal_failed" => ExitCode::from(3),
         _ => ExitCode::from(4),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_left;
+
+    #[test]
+    fn the_estimate_follows_the_pace_so_far_and_is_absent_without_one() {
+        // 15 rollouts in 150 s, 55 to go: 550 s.
+        assert_eq!(time_left(150.0, 15, 55), ", about 9 min left");
+        assert_eq!(time_left(10.0, 5, 20), ", about 40 s left");
+        assert_eq!(time_left(10.0, 0, 20), "", "no rollout yet in this process");
+        assert_eq!(time_left(10.0, 5, 0), "", "the budget is spent");
+    }
 }
