@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fmt;
+use std::sync::Arc;
 
 mod canonical;
 
@@ -20,11 +21,18 @@ pub struct ToolSpec {
     #[serde(default)]
     pub description: String,
     /// JSON Schema of the tool's arguments (`{}` when the producer did not record one).
+    ///
+    /// Shared, not owned: a log shows the same schemas in every record, and readers hand out one decoded copy to
+    /// all of them (cloning a schema's maps cost as much as decoding it). Equality still compares contents.
     #[serde(default = "empty_object")]
-    pub input_schema: Value,
+    pub input_schema: Arc<Value>,
 }
 
-fn empty_object() -> Value {
+fn empty_object() -> Arc<Value> {
+    Arc::new(Value::Object(Default::default()))
+}
+
+fn empty_arguments() -> Value {
     Value::Object(Default::default())
 }
 
@@ -148,7 +156,7 @@ pub struct ToolCall {
     /// The tool named by the call.
     pub name: String,
     /// The arguments, as JSON. Producers that log arguments as a string that is not JSON keep it as a string.
-    #[serde(default = "empty_object")]
+    #[serde(default = "empty_arguments")]
     pub arguments: Value,
 }
 

@@ -444,7 +444,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: serde_json::json!({}),
+            input_schema: serde_json::json!({}).into(),
         }
     }
 

@@ -357,7 +357,7 @@ impl McpServer {
             .map(|t| ToolSpec {
                 name: t.name.to_string(),
                 description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema: Value::Object((*t.input_schema).clone()),
+                input_schema: Value::Object((*t.input_schema).clone()).into(),
             })
             .collect())
     }

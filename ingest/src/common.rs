@@ -4,6 +4,8 @@
 use crate::{Format, RecordError};
 use serde::Deserialize;
 use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use tooltune_core::{Step, ToolCall, ToolSpec, Trajectory};
 
 /// Decodes one record with serde, reporting the JSON path of the first field that does not fit.
@@ -200,8 +202,42 @@ pub(crate) fn tool_spec(v: &Value) -> Option<ToolSpec> {
     Some(ToolSpec {
         name,
         description,
-        input_schema,
+        input_schema: input_schema.into(),
     })
+}
+
+thread_local! {
+    /// Tool lists this thread has already decoded, by their raw JSON text. A log's records show the same tool
+    /// list over and over (one agent, one server), and decoding its schemas into `Value`s was the largest single
+    /// cost of reading a Langfuse trace; a clone of the decoded list costs a fraction of that.
+    static TOOL_LISTS: RefCell<HashMap<Box<str>, Vec<ToolSpec>>> = RefCell::new(HashMap::new());
+}
+/// At most this many lists are kept per thread; the cache is emptied when full (logs have few distinct lists).
+const TOOL_LISTS_LIMIT: usize = 64;
+/// A list longer than this is decoded every time, which bounds the cache at `64 x 256 KiB` of text per thread.
+const TOOL_LIST_MAX_BYTES: usize = 256 * 1024;
+
+/// The tools of the raw JSON `raw`: from this thread's cache when the same text was decoded before, otherwise by
+/// `decode` (whose result is cached when it succeeds). The cache is keyed by the exact text, so it returns what
+/// `decode` would.
+pub(crate) fn cached_tools<E>(
+    raw: &str,
+    decode: impl FnOnce() -> Result<Vec<ToolSpec>, E>,
+) -> Result<Vec<ToolSpec>, E> {
+    if raw.len() > TOOL_LIST_MAX_BYTES {
+        return decode();
+    }
+    if let Some(hit) = TOOL_LISTS.with_borrow(|c| c.get(raw).cloned()) {
+        return Ok(hit);
+    }
+    let tools = decode()?;
+    TOOL_LISTS.with_borrow_mut(|c| {
+        if c.len() >= TOOL_LISTS_LIMIT {
+            c.clear();
+        }
+        c.insert(raw.into(), tools.clone());
+    });
+    Ok(tools)
 }
 
 /// Adds tools not yet listed (by name); the first definition of a name wins, as it is the one the model saw first.
@@ -312,8 +348,36 @@ mod tests {
         let b = tool_spec(&json!({"type": "function", "name": "calculator", "description": "d", "parameters": {"type": "object"}}))
             .expect("flat shape");
         assert_eq!(a, b);
-        assert_eq!(a.input_schema, json!({"type": "object"}));
+        assert_eq!(a.input_schema, json!({"type": "object"}).into());
         assert!(tool_spec(&json!({"type": "function"})).is_none());
+    }
+
+    #[test]
+    fn cached_tools_decode_each_text_once_and_share_the_schemas() {
+        let raw = r#"[{"name": "cached_tools_test", "parameters": {"type": "object"}}]"#;
+        let decode = |text: &str| -> Result<Vec<ToolSpec>, ()> {
+            let v: Vec<Value> = serde_json::from_str(text).map_err(|_| ())?;
+            Ok(v.iter().filter_map(tool_spec).collect())
+        };
+        let mut calls = 0;
+        let mut read = |text: &str| {
+            cached_tools(text, || {
+                calls += 1;
+                decode(text)
+            })
+        };
+        let a = read(raw).expect("decodes");
+        let b = read(raw).expect("cached");
+        let other = read(&raw.replace("object", "string")).expect("decodes");
+        assert_eq!(a, b);
+        assert!(std::sync::Arc::ptr_eq(
+            &a[0].input_schema,
+            &b[0].input_schema
+        ));
+        assert_eq!(other[0].input_schema, json!({"type": "string"}).into());
+        // A failed decode is not cached: the next read of the text decodes (and fails) again.
+        assert!(read("[1,").is_err() && read("[1,").is_err());
+        assert_eq!(calls, 4);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! their output the assistant message); TOOL observations, and SPANs named after a listed tool, are tool results.
 
 use crate::common::{
-    ChatMsg, add_tools, chat_msg, content_text, finish, from_json, json_message, last_answer,
-    ms_between, time_key, tool_spec, value_to_text,
+    ChatMsg, add_tools, cached_tools, chat_msg, content_text, finish, from_json, json_message,
+    last_answer, ms_between, time_key, tool_spec, value_to_text,
 };
 use crate::{Format, RecordError};
 use serde::Deserialize;
@@ -290,9 +290,12 @@ impl<'a> GenInputs<'a> {
         for list in tool_lists {
             if !self.tool_lists.contains(&list.get()) {
                 self.tool_lists.push(list.get());
-                // The reading pass already checked this is a well-formed JSON array, so it decodes.
-                let ts: Vec<Value> = serde_json::from_str(list.get()).unwrap_or_default();
-                add_tools(&mut self.tools, ts.iter().filter_map(tool_spec));
+                let ts = cached_tools(list.get(), || {
+                    // The reading pass already checked this is a well-formed JSON array, so it decodes.
+                    let ts: Vec<Value> = serde_json::from_str(list.get()).unwrap_or_default();
+                    Ok::<_, std::convert::Infallible>(ts.iter().filter_map(tool_spec).collect())
+                });
+                add_tools(&mut self.tools, ts.unwrap_or_default());
             }
         }
         let mut current = Vec::with_capacity(raw.len());

@@ -3,22 +3,25 @@
 //! under `metadata`).
 
 use crate::common::{
-    content_text, finish, from_json, kind, last_answer, parse_arguments, rfc3339_from_secs,
-    score_value, success_value,
+    cached_tools, content_text, finish, from_json, json_message, kind, last_answer,
+    parse_arguments, rfc3339_from_secs, score_value, success_value,
 };
 use crate::{Format, RecordError};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use tooltune_core::{Meta, Outcome, Step, ToolCall, ToolSpec, Trajectory, Usage};
 
 #[derive(Deserialize)]
-struct Record {
+struct Record<'a> {
     #[serde(default)]
     model: Option<String>,
     messages: Vec<Message>,
-    #[serde(default)]
-    tools: Option<Vec<Tool>>,
+    /// Kept raw: every request of one agent repeats the same list, which is decoded once per thread
+    /// ([`cached_tools`]).
+    #[serde(default, borrow)]
+    tools: Option<&'a RawValue>,
     /// The legacy functions API's tool list.
     #[serde(default)]
     functions: Option<Vec<FunctionDef>>,
@@ -123,7 +126,8 @@ impl FunctionDef {
             input_schema: self
                 .parameters
                 .filter(|p| !p.is_null())
-                .unwrap_or_else(|| Value::Object(Map::new())),
+                .unwrap_or_else(|| Value::Object(Map::new()))
+                .into(),
         }
     }
 }
@@ -131,8 +135,45 @@ impl FunctionDef {
 /// Parses and validates one OpenAI record.
 pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
     let r: Record = from_json(text, line)?;
-    let t = convert(r, line)?;
+    let listed = match r.tools {
+        Some(raw) => cached_tools(raw.get(), || decode_tools(text, raw.get(), line))?,
+        None => Vec::new(),
+    };
+    let t = convert(r, listed, line)?;
     finish(Format::OpenAi, t, line)
+}
+
+/// The function tools of a request's `tools` (`raw`, a slice of the record `text`). Errors carry the path and
+/// the column in the whole record, as if the record had been decoded in one piece.
+fn decode_tools(text: &str, raw: &str, line: u64) -> Result<Vec<ToolSpec>, RecordError> {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    let list: Option<Vec<Tool>> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // serde_json counts columns from 1 within `raw`; `raw` starts `offset` bytes into the record.
+        let offset = raw.as_ptr() as usize - text.as_ptr() as usize;
+        let message = match json_message(&inner).rsplit_once(" (column ") {
+            Some((m, _)) if inner.line() == 1 => {
+                format!("{m} (column {})", inner.column() + offset)
+            }
+            _ => json_message(&inner),
+        };
+        let at = if path == "." {
+            "tools".to_string()
+        } else {
+            format!(
+                "tools{}{path}",
+                if path.starts_with('[') { "" } else { "." }
+            )
+        };
+        RecordError::at(line, at, message)
+    })?;
+    // Non-function tools (built-in or custom grammar tools) carry no JSON Schema to optimise; skip them.
+    Ok(list
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.function.map(FunctionDef::into_spec))
+        .collect())
 }
 
 fn message_text(m: &Message, path: &str, line: u64) -> Result<Option<String>, RecordError> {
@@ -173,14 +214,8 @@ fn calls_of(m: &Message) -> Vec<ToolCall> {
     calls
 }
 
-fn convert(r: Record, line: u64) -> Result<Trajectory, RecordError> {
-    let mut tools: Vec<ToolSpec> = Vec::new();
-    for t in r.tools.into_iter().flatten() {
-        // Non-function tools (built-in or custom grammar tools) carry no JSON Schema to optimise; skip them.
-        if let Some(f) = t.function {
-            tools.push(f.into_spec());
-        }
-    }
+fn convert(r: Record, listed: Vec<ToolSpec>, line: u64) -> Result<Trajectory, RecordError> {
+    let mut tools = listed;
     for f in r.functions.into_iter().flatten() {
         tools.push(f.into_spec());
     }

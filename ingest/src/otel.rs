@@ -7,8 +7,8 @@
 //! normally the last span of its trace; memory holds only traces still waiting for their root.
 
 use crate::common::{
-    add_tools, arguments_value, chat_msg, content_text, finish, from_json, kind, last_answer,
-    rfc3339_from_nanos, score_value, success_value, tool_spec, value_to_text,
+    add_tools, arguments_value, cached_tools, chat_msg, content_text, finish, from_json, kind,
+    last_answer, rfc3339_from_nanos, score_value, success_value, tool_spec, value_to_text,
 };
 use crate::{Format, Parsed, RecordError};
 use rayon::prelude::*;
@@ -729,7 +729,10 @@ fn build(
             }
             seen_defs.push(raw);
         }
-        if let Some(v) = s.attr_json("gen_ai.tool.definitions")? {
+        let decode = || -> Result<Vec<ToolSpec>, RecordError> {
+            let Some(v) = s.attr_json("gen_ai.tool.definitions")? else {
+                return Ok(Vec::new());
+            };
             let Value::Array(defs) = &v else {
                 return Err(s.error(
                     "",
@@ -739,8 +742,17 @@ fn build(
                     ),
                 ));
             };
-            add_tools(&mut tools, defs.iter().filter_map(tool_spec));
-        }
+            Ok(defs.iter().filter_map(tool_spec).collect())
+        };
+        // A list recorded as a JSON string is the same text in every trace of one agent: decode it once per thread.
+        let defs = match s
+            .attr("gen_ai.tool.definitions")
+            .and_then(|(_, v)| v.string_value.as_deref())
+        {
+            Some(raw) => cached_tools(raw, decode)?,
+            None => decode()?,
+        };
+        add_tools(&mut tools, defs);
     }
     for s in spans.iter().filter(|s| s.op() == "execute_tool") {
         if let (Some(name), Some(description)) =
@@ -751,7 +763,7 @@ fn build(
                 [ToolSpec {
                     name: name.to_string(),
                     description: description.to_string(),
-                    input_schema: Value::Object(Default::default()),
+                    input_schema: Value::Object(Default::default()).into(),
                 }],
             );
         }

@@ -114,6 +114,29 @@ fn wrong_types_report_the_json_path() {
 }
 
 #[test]
+fn a_bad_openai_tool_list_names_its_path_and_column_in_the_record() {
+    // The tool list is decoded apart from the rest of the record (and cached per thread); its errors must still
+    // read as if the record had been decoded whole, on every line that repeats it.
+    let bad = r#"{"model": "m", "tools": [{"type": "function", "function": {"name": "calculator"}}, {"type": "function", "function": {"name": 7}}], "messages": [{"role": "user", "content": "What is 2+1?"}]}"#;
+    let column = bad.find("7}").expect("the bad name") + 1;
+    let parsed = read_str(&format!("{bad}\n{bad}\n"), FormatChoice::Auto);
+    for line in [1, 2] {
+        let e = only_error(&parsed, line);
+        assert_eq!(e.path.as_deref(), Some("tools[1].function.name"), "{e}");
+        assert!(
+            e.message
+                .starts_with("invalid type: integer `7`, expected a string")
+                && e.message.ends_with(&format!("(column {column})")),
+            "{e}"
+        );
+    }
+    let not_a_list = r#"{"tools": 5, "messages": [{"role": "user", "content": "hi"}]}"#;
+    let e = only_error(&read_str(not_a_list, FormatChoice::Auto), 1);
+    assert_eq!(e.path.as_deref(), Some("tools"), "{e}");
+    assert!(e.message.contains("expected a sequence"), "{e}");
+}
+
+#[test]
 fn a_tool_call_outside_the_tool_list_is_rejected_with_its_path() {
     let tooltune = GOOD.replace(
         r#""name": "read_file", "arguments""#,

@@ -260,7 +260,7 @@ fn structured_attributes_and_results_from_chat_inputs() {
     let parsed = read(line(vec![first, second, root]), ReadOptions::default());
     let tr = parsed[0].result.as_ref().expect("valid");
     assert_eq!(tr.tools[0].description, "Evaluate arithmetic.");
-    assert_eq!(tr.tools[0].input_schema, json!({}));
+    assert_eq!(tr.tools[0].input_schema, json!({}).into());
     assert_eq!(tr.steps.len(), 3);
     match &tr.steps[0] {
         Step::Model {

@@ -14,7 +14,9 @@ fn tool(name: &str, description: &str, arg: &str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: description.into(),
-        input_schema: json!({"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}),
+        input_schema:
+            json!({"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]})
+                .into(),
     }
 }
 

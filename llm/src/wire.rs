@@ -305,7 +305,11 @@ pub fn request_from_wire(w: WireRequest) -> Result<ChatRequest, String> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
-            input_schema: f.get("parameters").cloned().unwrap_or_else(|| json!({})),
+            input_schema: f
+                .get("parameters")
+                .cloned()
+                .unwrap_or_else(|| json!({}))
+                .into(),
         });
     }
     let tool_choice = match &w.tool_choice {
@@ -455,7 +459,7 @@ mod tests {
             vec![ToolSpec {
                 name: "read_file".into(),
                 description: "Read.".into(),
-                input_schema: json!({"type": "object", "properties": {}}),
+                input_schema: json!({"type": "object", "properties": {}}).into(),
             }],
         );
         r.tool_choice = ToolChoice::Required;

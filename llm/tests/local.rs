@@ -13,14 +13,16 @@ fn tools() -> Vec<ToolSpec> {
             description: "Evaluate an arithmetic expression and return the result.".into(),
             input_schema: json!({"type": "object",
                 "properties": {"expression": {"type": "string", "description": "e.g. 2 + 2"}},
-                "required": ["expression"]}),
+                "required": ["expression"]})
+            .into(),
         },
         ToolSpec {
             name: "read_file".into(),
             description: "Read a text file from the workspace and return its contents.".into(),
             input_schema: json!({"type": "object",
                 "properties": {"path": {"type": "string", "description": "Path of the file"}},
-                "required": ["path"]}),
+                "required": ["path"]})
+            .into(),
         },
     ]
 }
@@ -136,7 +138,7 @@ async fn fast_model_mechanics_required_text_and_batches() {
         .map(|n| ToolSpec {
             name: n.clone(),
             description: format!("Does {n} things."),
-            input_schema: json!({}),
+            input_schema: json!({}).into(),
         })
         .collect();
     let p = m

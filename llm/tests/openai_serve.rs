@@ -73,12 +73,12 @@ fn task() -> ChatRequest {
             ToolSpec {
                 name: "calculator".into(),
                 description: "Evaluate an arithmetic expression.".into(),
-                input_schema: json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}),
+                input_schema: json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}).into(),
             },
             ToolSpec {
                 name: "read_file".into(),
                 description: "Read a text file and return its contents.".into(),
-                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}).into(),
             },
         ],
     );

@@ -566,7 +566,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            input_schema: schema,
+            input_schema: schema.into(),
         }
     }
 

@@ -184,7 +184,7 @@ async fn target_schema(
         if let Some(t) = store.trajectory(&TrajectoryId::from_stored(id)).await?
             && let Some(tool) = t.tools.iter().find(|t| t.name == cfg.target)
         {
-            return Ok(Some(tool.input_schema.clone()));
+            return Ok(Some((*tool.input_schema).clone()));
         }
     }
     Ok(None)

@@ -238,7 +238,7 @@ pub(crate) struct DescriptionRow {
 }
 
 /// Description versions by a hash of (tool, description): each with the schema it was computed for.
-type SeenDescriptions = HashMap<u64, Vec<(Value, Arc<DescriptionRow>)>>;
+type SeenDescriptions = HashMap<u64, Vec<(Arc<Value>, Arc<DescriptionRow>)>>;
 
 thread_local! {
     /// Description versions this thread has already computed, by a hash of (tool, description). A log repeats the
@@ -258,7 +258,9 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
             rows.iter().find(|(schema, row)| {
                 row.tool == tool.name
                     && row.description == tool.description
-                    && *schema == tool.input_schema
+                    // Readers share one decoded schema between the records that show it: the pointer
+                    // test settles those without walking the schema.
+                    && (Arc::ptr_eq(schema, &tool.input_schema) || *schema == tool.input_schema)
             })
         }) {
             return Arc::clone(&row.1);
@@ -277,7 +279,7 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
         });
         seen.entry(key)
             .or_default()
-            .push((tool.input_schema.clone(), Arc::clone(&row)));
+            .push((Arc::clone(&tool.input_schema), Arc::clone(&row)));
         row
     })
 }

@@ -209,7 +209,7 @@ pub(crate) async fn tool(State(s): State<AppState>, Path(name): Path<String>) ->
             .store
             .description(&tooltune_core::DescriptionId::from_stored(id.clone()))
             .await?
-            .map(|d| d.input_schema)
+            .map(|d| (*d.input_schema).clone())
             .unwrap_or(Json::Null);
         // Highlights and diffs are drawn by the report crate, which escapes every piece of text it writes.
         let (highlight, inflation) = render::highlighted(&text, &name, &schema);
@@ -343,7 +343,7 @@ async fn run_schemas(
             return Ok(t
                 .tools
                 .into_iter()
-                .map(|t| (t.name, t.input_schema))
+                .map(|t| (t.name, (*t.input_schema).clone()))
                 .collect());
         }
     }

@@ -53,7 +53,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: schema,
+            input_schema: schema.into(),
         }
     }
 

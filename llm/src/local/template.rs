@@ -79,7 +79,7 @@ impl ChatTemplate {
 /// A tool in OpenAI's function-tool shape, which is what chat templates expect.
 pub fn tool_json(t: &ToolSpec) -> Json {
     let params = if t.input_schema.as_object().is_some_and(|o| !o.is_empty()) {
-        t.input_schema.clone()
+        (*t.input_schema).clone()
     } else {
         json!({"type": "object", "properties": {}})
     };
@@ -210,7 +210,8 @@ mod tests {
         let tools = vec![ToolSpec {
             name: "read_file".into(),
             description: "Read a <file>.".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
         }];
         let msgs = vec![
             Message::system("Be brief."),

@@ -204,7 +204,7 @@ async fn run(
     let request = ReflectionRequest {
         tool: cfg.tool.clone(),
         current_description: seed_spec.description.clone(),
-        input_schema: seed_spec.input_schema.clone(),
+        input_schema: (*seed_spec.input_schema).clone(),
         goal: match cfg.objective {
             Objective::TaskSuccess => Goal::TaskSuccess,
             Objective::SelectionRate => Goal::Selection,

@@ -453,7 +453,7 @@ impl Ctx<'_> {
             .server_tools
             .iter()
             .find(|t| t.name == tool)
-            .map(|t| t.input_schema.clone())
+            .map(|t| (*t.input_schema).clone())
             .unwrap_or_default();
         let request = ReflectionRequest {
             tool: tool.to_string(),
