@@ -1,8 +1,9 @@
 //! Readers that turn trace files (tooltune JSONL, OpenAI chat requests, Langfuse traces, OTLP/JSON GenAI spans)
 //! into [`tooltune_core::Trajectory`] values, in bounded memory and in parallel.
 //!
-//! The entry point is [`ChunkReader`]: it reads a chunk of raw lines sequentially (splitting on `\n` with memchr,
-//! never holding more than one chunk), then parses the chunk's lines in parallel with rayon, preserving order.
+//! The entry point is [`ChunkReader`]: it reads a chunk of raw lines sequentially (splitting on `\n` with memchr),
+//! then parses the chunk's lines in parallel with rayon, preserving order, while the next chunk is read; it never
+//! holds more than two chunks.
 //! A bad record is data ([`Parsed::result`] is `Err(RecordError)`), not an error of the read: one broken line in a
 //! million must not stop an ingest. Only IO failures and an undetectable format are [`IngestError`]s.
 //!
