@@ -290,12 +290,12 @@ impl<'a> GenInputs<'a> {
         for list in tool_lists {
             if !self.tool_lists.contains(&list.get()) {
                 self.tool_lists.push(list.get());
-                let ts = cached_tools(list.get(), || {
+                let Ok(ts) = cached_tools(list.get(), || {
                     // The reading pass already checked this is a well-formed JSON array, so it decodes.
                     let ts: Vec<Value> = serde_json::from_str(list.get()).unwrap_or_default();
                     Ok::<_, std::convert::Infallible>(ts.iter().filter_map(tool_spec).collect())
                 });
-                add_tools(&mut self.tools, ts.unwrap_or_default());
+                add_tools(&mut self.tools, ts);
             }
         }
         let mut current = Vec::with_capacity(raw.len());

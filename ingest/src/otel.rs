@@ -721,9 +721,10 @@ fn build(
     // A trace holds one or a few distinct lists, so a linear search (length, then memcmp) beats SipHashing kilobytes.
     let mut seen_defs: Vec<&str> = Vec::new();
     for s in &spans {
-        if let Some((_, v)) = s.attr("gen_ai.tool.definitions")
-            && let Some(raw) = v.string_value.as_deref()
-        {
+        let raw = s
+            .attr("gen_ai.tool.definitions")
+            .and_then(|(_, v)| v.string_value.as_deref());
+        if let Some(raw) = raw {
             if seen_defs.contains(&raw) {
                 continue;
             }
@@ -745,10 +746,7 @@ fn build(
             Ok(defs.iter().filter_map(tool_spec).collect())
         };
         // A list recorded as a JSON string is the same text in every trace of one agent: decode it once per thread.
-        let defs = match s
-            .attr("gen_ai.tool.definitions")
-            .and_then(|(_, v)| v.string_value.as_deref())
-        {
+        let defs = match raw {
             Some(raw) => cached_tools(raw, decode)?,
             None => decode()?,
         };
