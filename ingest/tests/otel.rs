@@ -316,6 +316,33 @@ fn a_malformed_messages_attribute_points_at_the_attribute() {
 }
 
 #[test]
+fn tool_definitions_that_are_not_a_list_are_an_error_on_every_trace() {
+    // The definitions string is decoded once per thread and cached; a failed decode must not be cached, so two
+    // traces that share the bad string both report it, at the span that holds it.
+    let bad = |t: &str| {
+        let mut c = chat(t, "c1", "", 1, json!([user("x")]), json!([answer("y")]));
+        c["attributes"][2] = s("gen_ai.tool.definitions", r#"{"name": "calculator"}"#);
+        line(vec![c])
+    };
+    let text = format!(
+        "{}\n{}\n",
+        bad("12121212121212121212121212121212"),
+        bad("34343434343434343434343434343434")
+    );
+    let parsed = read(text, ReadOptions::default());
+    assert_eq!(parsed.len(), 2);
+    for p in &parsed {
+        let e = p.result.as_ref().expect_err("definitions are not a list");
+        assert!(
+            e.message.contains("span c1")
+                && e.message
+                    .contains("`gen_ai.tool.definitions` should be an array, found an object"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn a_wrong_span_field_type_reports_the_path() {
     let t = "ffffffffffffffffffffffffffffffff";
     let mut sp = span(t, "r", "", 1, vec![]);
