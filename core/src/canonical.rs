@@ -7,8 +7,13 @@
 //! what `serde_json::to_string` prints for the key-sorted `serde_json::to_value` of the same value (tested against
 //! that reference), so ids stay what they were.
 
+use crate::ToolSpec;
 use serde::ser::{self, Serialize};
+use serde_json::Value;
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Appends the canonical JSON of `value` to `out`.
 ///
@@ -25,6 +30,61 @@ pub(crate) fn write_canonical<T: Serialize + ?Sized>(
     let result = value.serialize(&mut ctx);
     *out = ctx.out;
     result
+}
+
+thread_local! {
+    /// Canonical JSON of the tools this thread has written, by the address of their shared schema. Readers hand
+    /// the same decoded schema to every record that shows it, and re-serialising a record's tool list (half of a
+    /// typical record) was a third of computing its id. Each entry holds a reference to its schema, so an address
+    /// cannot be reused by another schema while its entry lives. Bounded: emptied past [`TOOLS_LIMIT`] entries.
+    static TOOLS: RefCell<ToolCache> = RefCell::new(ToolCache::default());
+}
+const TOOLS_LIMIT: usize = 1024;
+
+#[derive(Default)]
+struct ToolCache {
+    by_schema: HashMap<usize, Vec<CachedTool>>,
+    len: usize,
+}
+
+struct CachedTool {
+    schema: Arc<Value>,
+    name: String,
+    description: String,
+    json: Box<[u8]>,
+}
+
+/// Appends the canonical JSON of `tool` to `out`, from this thread's cache when the same tool (same name and
+/// description, same shared schema) was written before.
+pub(crate) fn write_tool(tool: &ToolSpec, out: &mut Vec<u8>) {
+    let key = Arc::as_ptr(&tool.input_schema) as usize;
+    let hit = TOOLS.with_borrow(|cache| {
+        let found = cache.by_schema.get(&key)?.iter().find(|c| {
+            Arc::ptr_eq(&c.schema, &tool.input_schema)
+                && c.name == tool.name
+                && c.description == tool.description
+        })?;
+        out.extend_from_slice(&found.json);
+        Some(())
+    });
+    if hit.is_some() {
+        return;
+    }
+    let start = out.len();
+    // A tool is a name, a text and a `Value`: writing it cannot fail.
+    let _ = write_canonical(tool, out);
+    TOOLS.with_borrow_mut(|cache| {
+        if cache.len >= TOOLS_LIMIT {
+            *cache = ToolCache::default();
+        }
+        cache.len += 1;
+        cache.by_schema.entry(key).or_default().push(CachedTool {
+            schema: Arc::clone(&tool.input_schema),
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            json: out[start..].into(),
+        });
+    });
 }
 
 /// Where an object's key is: a struct field's static name, or the bytes the key serialised to in `out`.
@@ -505,6 +565,38 @@ mod tests {
         h.update(b"tooltune-trajectory-v1\0");
         h.update(reference(&t).as_bytes());
         assert_eq!(t.id().as_str(), hex::encode(h.finalize()));
+    }
+
+    #[test]
+    fn ids_from_cached_tool_json_are_the_hashes_of_the_reference_form() {
+        use sha2::{Digest, Sha256};
+        let want = |t: &crate::Trajectory| {
+            let mut h = Sha256::new();
+            h.update(b"tooltune-trajectory-v1\0");
+            h.update(reference(t).as_bytes());
+            hex::encode(h.finalize())
+        };
+        let mut t: crate::Trajectory = serde_json::from_value(json!({
+            "task": "Find \"x\"",
+            "system": "Be brief.",
+            "tools": [
+                {"name": "b", "description": "Second.", "input_schema": {"z": 1, "a": {"y": [2, {"d": 0, "c": 1}]}}},
+                {"name": "a", "description": "", "input_schema": {}}
+            ],
+            "links": {"run_id": "r", "rollout": 1}
+        }))
+        .expect("trajectory");
+        // Twice: the second time the tool JSON comes from the cache.
+        assert_eq!(t.id().as_str(), want(&t));
+        assert_eq!(t.id().as_str(), want(&t));
+        // The same schema shared by another tool, and the same tool with another description: not the cached text.
+        t.tools[1].input_schema = Arc::clone(&t.tools[0].input_schema);
+        assert_eq!(t.id().as_str(), want(&t));
+        t.tools[0].description = "Changed.".into();
+        assert_eq!(t.id().as_str(), want(&t));
+        t.tools.clear();
+        t.system = None;
+        assert_eq!(t.id().as_str(), want(&t));
     }
 
     fn any_value() -> impl Strategy<Value = Value> {

@@ -292,6 +292,47 @@ pub struct Trajectory {
     pub links: Links,
 }
 
+/// A trajectory's serialised shape without its tool list (the same fields, names and omissions as `Trajectory`),
+/// for [`Trajectory::id`], which appends the tool list itself.
+#[derive(Serialize)]
+struct WithoutTools<'a> {
+    task: &'a String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: &'a Option<String>,
+    steps: &'a Vec<Step>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    final_answer: &'a Option<String>,
+    outcome: &'a Outcome,
+    meta: &'a Meta,
+    #[serde(skip_serializing_if = "Links::is_empty")]
+    links: &'a Links,
+}
+
+impl<'a> WithoutTools<'a> {
+    fn of(t: &'a Trajectory) -> Self {
+        // Destructured so that a field added to `Trajectory` is a compile error here until the id covers it.
+        let Trajectory {
+            task,
+            system,
+            tools: _,
+            steps,
+            final_answer,
+            outcome,
+            meta,
+            links,
+        } = t;
+        WithoutTools {
+            task,
+            system,
+            steps,
+            final_answer,
+            outcome,
+            meta,
+            links,
+        }
+    }
+}
+
 /// Why a trajectory is not acceptable, with the JSON path of the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {message}")]
@@ -375,7 +416,18 @@ impl Trajectory {
     pub fn id(&self) -> TrajectoryId {
         let mut json = Vec::with_capacity(4096);
         // Plain data with string keys: writing it cannot fail.
-        let _ = canonical::write_canonical(self, &mut json);
+        let _ = canonical::write_canonical(&WithoutTools::of(self), &mut json);
+        // `tools` sorts after every other field name, so the record's canonical JSON is this object with the
+        // tool list appended as its last entry. The object is never empty (`task` is always written).
+        json.pop();
+        json.extend_from_slice(b",\"tools\":[");
+        for (i, tool) in self.tools.iter().enumerate() {
+            if i > 0 {
+                json.push(b',');
+            }
+            canonical::write_tool(tool, &mut json);
+        }
+        json.extend_from_slice(b"]}");
         let mut h = Sha256::new();
         h.update(b"tooltune-trajectory-v1\0");
         h.update(&json);

@@ -32,6 +32,42 @@ pub(crate) fn from_json<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
+/// Decodes `raw`, the JSON of the record field `field` (a slice of the record `text`, kept raw by the first pass),
+/// with errors that carry the path and the column in the whole record, as if the record had been decoded in one
+/// piece.
+pub(crate) fn decode_at<'a, T: Deserialize<'a>>(
+    text: &str,
+    raw: &'a str,
+    line: u64,
+    field: &str,
+) -> Result<T, RecordError> {
+    if let Ok(value) = serde_json::from_str(raw) {
+        return Ok(value);
+    }
+    let mut de = serde_json::Deserializer::from_str(raw);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // serde_json counts columns from 1 within `raw`; `raw` starts `offset` bytes into the record.
+        let offset = raw.as_ptr() as usize - text.as_ptr() as usize;
+        let message = match json_message(&inner).rsplit_once(" (column ") {
+            Some((m, _)) if inner.line() == 1 => {
+                format!("{m} (column {})", inner.column() + offset)
+            }
+            _ => json_message(&inner),
+        };
+        let at = if path == "." {
+            field.to_string()
+        } else {
+            format!(
+                "{field}{}{path}",
+                if path.starts_with('[') { "" } else { "." }
+            )
+        };
+        RecordError::at(line, at, message)
+    })
+}
+
 /// serde_json's message with its "at line 1 column N" turned into "(column N)": every record is one line, so
 /// the line is ours to report and only the column tells the reader anything.
 pub(crate) fn json_message(e: &serde_json::Error) -> String {

@@ -3,8 +3,8 @@
 //! under `metadata`).
 
 use crate::common::{
-    cached_tools, content_text, finish, from_json, json_message, kind, last_answer,
-    parse_arguments, rfc3339_from_secs, score_value, success_value,
+    cached_tools, content_text, decode_at, finish, from_json, kind, last_answer, parse_arguments,
+    rfc3339_from_secs, score_value, success_value,
 };
 use crate::{Format, RecordError};
 use serde::Deserialize;
@@ -143,31 +143,9 @@ pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
     finish(Format::OpenAi, t, line)
 }
 
-/// The function tools of a request's `tools` (`raw`, a slice of the record `text`). Errors carry the path and
-/// the column in the whole record, as if the record had been decoded in one piece.
+/// The function tools of a request's `tools` (`raw`, a slice of the record `text`).
 fn decode_tools(text: &str, raw: &str, line: u64) -> Result<Vec<ToolSpec>, RecordError> {
-    let mut de = serde_json::Deserializer::from_str(raw);
-    let list: Option<Vec<Tool>> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        // serde_json counts columns from 1 within `raw`; `raw` starts `offset` bytes into the record.
-        let offset = raw.as_ptr() as usize - text.as_ptr() as usize;
-        let message = match json_message(&inner).rsplit_once(" (column ") {
-            Some((m, _)) if inner.line() == 1 => {
-                format!("{m} (column {})", inner.column() + offset)
-            }
-            _ => json_message(&inner),
-        };
-        let at = if path == "." {
-            "tools".to_string()
-        } else {
-            format!(
-                "tools{}{path}",
-                if path.starts_with('[') { "" } else { "." }
-            )
-        };
-        RecordError::at(line, at, message)
-    })?;
+    let list: Option<Vec<Tool>> = decode_at(text, raw, line, "tools")?;
     // Non-function tools (built-in or custom grammar tools) carry no JSON Schema to optimise; skip them.
     Ok(list
         .into_iter()
