@@ -179,13 +179,14 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-/// One record's outcome, in file order.
+/// One record's outcome, in file order: the validated trajectory (or, from [`ChunkReader::next_chunk_with`], what
+/// the caller made of it), or why there is none.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Parsed {
+pub struct Parsed<T = Trajectory> {
     /// 1-based line where the record starts (for OTLP, the line that completed the trace).
     pub line: u64,
     /// The trajectory, validated, or why there is none.
-    pub result: Result<Trajectory, RecordError>,
+    pub result: Result<T, RecordError>,
 }
 
 /// Failures of a read as a whole. A bad record is not one of these: it is a [`Parsed`] with a [`RecordError`].

@@ -1,9 +1,9 @@
 //! Importing trajectories: parsed chunks from `tooltune-ingest` are written in batches inside one transaction per
 //! file, so a file is stored whole or (when it holds an invalid record and skipping was not asked for) not at all.
 //!
-//! Reading and parsing run on a blocking thread (parsing fans out with rayon inside the reader), row preparation
-//! (ids, JSON bodies) with rayon too, and the database writes on the async side; a bounded channel between them
-//! keeps memory flat whatever the file size.
+//! Reading and parsing run on a blocking thread (parsing fans out with rayon inside the reader, and each record is
+//! turned into row values, ids and JSON body included, by the thread that parsed it), and the database writes on
+//! the async side; a bounded channel between them keeps memory flat whatever the file size.
 
 use crate::body::{StoredBody, compress};
 use crate::{Store, StoreError, q};
@@ -80,7 +80,8 @@ impl Store {
         let reading = tokio::task::spawn_blocking(move || {
             let mut reader = reader;
             loop {
-                let chunk = match reader.next_chunk() {
+                // Rows are prepared as part of the parallel parse (see `next_chunk_with`).
+                let chunk = match reader.next_chunk_with(&|t| Prepared::new(&t, sqlite)) {
                     Ok(Some(c)) => c,
                     Ok(None) => break,
                     Err(e) => {
@@ -88,7 +89,7 @@ impl Store {
                         break;
                     }
                 };
-                let prepared = prepare_chunk(chunk, sqlite);
+                let prepared = split_chunk(chunk);
                 if tx.blocking_send(Ok(prepared)).is_err() {
                     // The writer gave up (a database error); stop reading.
                     break;
@@ -160,20 +161,20 @@ pub(crate) struct PreparedChunk {
     invalid: Vec<SkippedRecord>,
 }
 
-fn prepare_chunk(chunk: Vec<tooltune_ingest::Parsed>, sqlite: bool) -> PreparedChunk {
+/// Separates a chunk's prepared rows from its invalid records.
+fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
     let records = chunk.len() as u64;
     let mut invalid = Vec::new();
-    let mut good = Vec::with_capacity(chunk.len());
+    let mut valid = Vec::with_capacity(chunk.len());
     for p in chunk {
         match p.result {
-            Ok(t) => good.push(t),
+            Ok(row) => valid.push(row),
             Err(e) => invalid.push(SkippedRecord {
                 line: p.line,
                 message: e.to_string(),
             }),
         }
     }
-    let valid = good.par_iter().map(|t| Prepared::new(t, sqlite)).collect();
     PreparedChunk {
         records,
         valid,
@@ -243,7 +244,7 @@ type SeenDescriptions = HashMap<u64, Vec<(Arc<Value>, Arc<DescriptionRow>)>>;
 thread_local! {
     /// Description versions this thread has already computed, by a hash of (tool, description). A log repeats the
     /// same few tools in every record, and computing a version (canonical schema, sha256) for each of them was a
-    /// fifth of an ingest's CPU time. Bounded: cleared when it grows past [`SEEN_LIMIT`] tools.
+    /// fifth of an ingest's CPU time. Bounded: cleared when it holds [`SEEN_LIMIT`] schemas.
     static SEEN: RefCell<SeenDescriptions> = RefCell::new(HashMap::new());
 }
 const SEEN_LIMIT: usize = 4096;
@@ -254,19 +255,30 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
     tool.description.hash(&mut hasher);
     let key = hasher.finish();
     SEEN.with_borrow_mut(|seen| {
+        let same_text =
+            |row: &DescriptionRow| row.tool == tool.name && row.description == tool.description;
+        // Readers share one decoded schema between the records that show it: the pointer test settles those
+        // without walking the schema.
         if let Some(row) = seen.get(&key).and_then(|rows| {
-            rows.iter().find(|(schema, row)| {
-                row.tool == tool.name
-                    && row.description == tool.description
-                    // Readers share one decoded schema between the records that show it: the pointer
-                    // test settles those without walking the schema.
-                    && (Arc::ptr_eq(schema, &tool.input_schema) || *schema == tool.input_schema)
-            })
+            rows.iter()
+                .find(|(schema, row)| Arc::ptr_eq(schema, &tool.input_schema) && same_text(row))
         }) {
             return Arc::clone(&row.1);
         }
-        if seen.len() >= SEEN_LIMIT {
+        if seen.values().map(Vec::len).sum::<usize>() >= SEEN_LIMIT {
             seen.clear();
+        }
+        // The same schema decoded separately (by another reading thread, or by a reader that does not share):
+        // remember this copy too, so that its next records take the pointer test.
+        if let Some(row) = seen.get(&key).and_then(|rows| {
+            rows.iter()
+                .find(|(schema, row)| *schema == tool.input_schema && same_text(row))
+                .map(|(_, row)| Arc::clone(row))
+        }) {
+            seen.entry(key)
+                .or_default()
+                .push((Arc::clone(&tool.input_schema), Arc::clone(&row)));
+            return row;
         }
         let schema = canonical_json(&tool.input_schema);
         let row = Arc::new(DescriptionRow {
