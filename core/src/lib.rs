@@ -414,24 +414,33 @@ impl Trajectory {
 
     /// Content address of the whole record (canonical JSON), stable across re-ingests of the same data.
     pub fn id(&self) -> TrajectoryId {
-        let mut json = Vec::with_capacity(4096);
+        self.id_and_body().0
+    }
+
+    /// The id, and the canonical JSON of the record without its tool list: the id hashes that JSON with the tool
+    /// list appended, and the store keeps it as the trajectory's body (tool lists are stored apart, each
+    /// description once), so one serialisation serves both. The body deserialises back into this trajectory with
+    /// an empty tool list.
+    pub fn id_and_body(&self) -> (TrajectoryId, Vec<u8>) {
+        let mut body = Vec::with_capacity(4096);
         // Plain data with string keys: writing it cannot fail.
-        let _ = canonical::write_canonical(&WithoutTools::of(self), &mut json);
+        let _ = canonical::write_canonical(&WithoutTools::of(self), &mut body);
         // `tools` sorts after every other field name, so the record's canonical JSON is this object with the
         // tool list appended as its last entry. The object is never empty (`task` is always written).
-        json.pop();
-        json.extend_from_slice(b",\"tools\":[");
+        let mut tools = Vec::with_capacity(64 * self.tools.len() + 16);
+        tools.extend_from_slice(b",\"tools\":[");
         for (i, tool) in self.tools.iter().enumerate() {
             if i > 0 {
-                json.push(b',');
+                tools.push(b',');
             }
-            canonical::write_tool(tool, &mut json);
+            canonical::write_tool(tool, &mut tools);
         }
-        json.extend_from_slice(b"]}");
+        tools.extend_from_slice(b"]}");
         let mut h = Sha256::new();
         h.update(b"tooltune-trajectory-v1\0");
-        h.update(&json);
-        TrajectoryId(hex::encode(h.finalize()))
+        h.update(&body[..body.len() - 1]);
+        h.update(&tools);
+        (TrajectoryId(hex::encode(h.finalize())), body)
     }
 
     /// All tool calls, in order.

@@ -16,9 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io::BufRead;
 use std::sync::Arc;
-use tooltune_core::{
-    DescriptionId, Links, Meta, Outcome, Step, ToolSpec, Trajectory, canonical_json,
-};
+use tooltune_core::{DescriptionId, ToolSpec, Trajectory, canonical_json};
 use tooltune_ingest::{ChunkReader, Format};
 
 /// How an import treats invalid records.
@@ -182,22 +180,6 @@ fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
     }
 }
 
-/// The stored JSON body: the trajectory without its tool list, which lives in `trajectory_tools` and
-/// `descriptions` so that a description is stored once. Field names match `Trajectory`'s serde shape, so the body
-/// deserialises back into a `Trajectory` with an empty tool list.
-#[derive(Serialize)]
-struct Body<'a> {
-    task: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: &'a Option<String>,
-    steps: &'a [Step],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    final_answer: &'a Option<String>,
-    outcome: &'a Outcome,
-    meta: &'a Meta,
-    links: &'a Links,
-}
-
 /// Does, in parallel as an import does, all the work an import does per trajectory before any SQL (ids, JSON body,
 /// its compression for SQLite, description versions) and returns the bytes prepared. For the ingest benchmark,
 /// which times the CPU side of an ingest apart from its inserts with exactly the store's code.
@@ -299,22 +281,17 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
 impl Prepared {
     /// Row values for `t`; for SQLite (`sqlite`) the body is compressed (see `body.rs`).
     fn new(t: &Trajectory, sqlite: bool) -> Prepared {
-        let body = Body {
-            task: &t.task,
-            system: &t.system,
-            steps: &t.steps,
-            final_answer: &t.final_answer,
-            outcome: &t.outcome,
-            meta: &t.meta,
-            links: &t.links,
-        };
+        // The body is the trajectory without its tool list, which lives in `trajectory_tools` and `descriptions`
+        // so that a description is stored once. It is the canonical JSON the id is computed from, so an ingest
+        // serialises each record once.
+        let (id, body) = t.id_and_body();
         let tools = t
             .tools
             .iter()
             .map(|tool| (description_row(tool), t.calls_of(&tool.name) as i64))
             .collect();
         Prepared {
-            id: t.id().as_str().to_string(),
+            id: id.as_str().to_string(),
             source: t.meta.source.clone(),
             task: t.task.clone(),
             final_answer: t.final_answer.clone(),
@@ -328,11 +305,11 @@ impl Prepared {
             run_id: t.links.run_id.clone(),
             candidate_id: t.links.candidate_id.clone(),
             rollout: t.links.rollout.map(i64::from),
-            // Serialising plain data with string keys cannot fail.
             body: if sqlite {
-                StoredBody::Compressed(compress(&serde_json::to_vec(&body).unwrap_or_default()))
+                StoredBody::Compressed(compress(&body))
             } else {
-                StoredBody::Json(serde_json::to_string(&body).unwrap_or_default())
+                // serde_json writes UTF-8.
+                StoredBody::Json(String::from_utf8(body).unwrap_or_default())
             },
             tools,
         }
