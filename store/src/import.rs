@@ -221,13 +221,22 @@ pub(crate) struct DescriptionRow {
 }
 
 /// Description versions by a hash of (tool, description): each with the schema it was computed for.
-type SeenDescriptions = HashMap<u64, Vec<(Arc<Value>, Arc<DescriptionRow>)>>;
+/// A decoded schema and the description version it was found to belong to.
+type SchemaCopy = (Arc<Value>, Arc<DescriptionRow>);
+
+/// Description versions by a hash of (tool, description), each with the schema copies it was found for, and how
+/// many schema copies that is in all.
+#[derive(Default)]
+struct SeenDescriptions {
+    by_text: HashMap<u64, Vec<SchemaCopy>>,
+    len: usize,
+}
 
 thread_local! {
     /// Description versions this thread has already computed, by a hash of (tool, description). A log repeats the
     /// same few tools in every record, and computing a version (canonical schema, sha256) for each of them was a
     /// fifth of an ingest's CPU time. Bounded: cleared when it holds [`SEEN_LIMIT`] schemas.
-    static SEEN: RefCell<SeenDescriptions> = RefCell::new(HashMap::new());
+    static SEEN: RefCell<SeenDescriptions> = RefCell::new(SeenDescriptions::default());
 }
 const SEEN_LIMIT: usize = 4096;
 
@@ -239,39 +248,42 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
     SEEN.with_borrow_mut(|seen| {
         let same_text =
             |row: &DescriptionRow| row.tool == tool.name && row.description == tool.description;
+        let rows = seen
+            .by_text
+            .get(&key)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         // Readers share one decoded schema between the records that show it: the pointer test settles those
         // without walking the schema.
-        if let Some(row) = seen.get(&key).and_then(|rows| {
-            rows.iter()
-                .find(|(schema, row)| Arc::ptr_eq(schema, &tool.input_schema) && same_text(row))
-        }) {
-            return Arc::clone(&row.1);
+        if let Some((_, row)) = rows
+            .iter()
+            .find(|(schema, row)| Arc::ptr_eq(schema, &tool.input_schema) && same_text(row))
+        {
+            return Arc::clone(row);
         }
-        if seen.values().map(Vec::len).sum::<usize>() >= SEEN_LIMIT {
-            seen.clear();
-        }
-        // The same schema decoded separately (by another reading thread, or by a reader that does not share):
-        // remember this copy too, so that its next records take the pointer test.
-        if let Some(row) = seen.get(&key).and_then(|rows| {
-            rows.iter()
-                .find(|(schema, row)| *schema == tool.input_schema && same_text(row))
-                .map(|(_, row)| Arc::clone(row))
-        }) {
-            seen.entry(key)
-                .or_default()
-                .push((Arc::clone(&tool.input_schema), Arc::clone(&row)));
-            return row;
-        }
-        let schema = canonical_json(&tool.input_schema);
-        let row = Arc::new(DescriptionRow {
-            id: DescriptionId::of_canonical(&tool.name, &tool.description, &schema)
-                .as_str()
-                .to_string(),
-            tool: tool.name.clone(),
-            description: tool.description.clone(),
-            schema,
+        // The same schema decoded separately (by another reading thread, or by a reader that does not share)
+        // reuses the version, and this copy is remembered too, so that its next records take the pointer test.
+        let known = rows
+            .iter()
+            .find(|(schema, row)| *schema == tool.input_schema && same_text(row))
+            .map(|(_, row)| Arc::clone(row));
+        let row = known.unwrap_or_else(|| {
+            let schema = canonical_json(&tool.input_schema);
+            Arc::new(DescriptionRow {
+                id: DescriptionId::of_canonical(&tool.name, &tool.description, &schema)
+                    .as_str()
+                    .to_string(),
+                tool: tool.name.clone(),
+                description: tool.description.clone(),
+                schema,
+            })
         });
-        seen.entry(key)
+        if seen.len >= SEEN_LIMIT {
+            *seen = SeenDescriptions::default();
+        }
+        seen.len += 1;
+        seen.by_text
+            .entry(key)
             .or_default()
             .push((Arc::clone(&tool.input_schema), Arc::clone(&row)));
         row
@@ -472,17 +484,9 @@ impl Writer {
         } else {
             " RETURNING id, seq"
         };
-        let sql_for =
-            |rows: usize| insert_sql("trajectories", &cols, rows, !self.sqlite) + returning;
-        let full_sql = sql_for(TRAJECTORY_BATCH);
-        let last_sql = sql_for(batch.len() % TRAJECTORY_BATCH);
-        let pick = |rows: &[Prepared]| {
-            if rows.len() == TRAJECTORY_BATCH {
-                full_sql.as_str()
-            } else {
-                last_sql.as_str()
-            }
-        };
+        let sql = BatchSql::new(batch.len(), TRAJECTORY_BATCH, |rows| {
+            insert_sql("trajectories", &cols, rows, !self.sqlite) + returning
+        });
         // The sequence number of each trajectory of the batch that was added (a duplicate adds no row and keeps
         // its tool rows).
         let mut seq_of: Vec<Option<i64>> = vec![None; batch.len()];
@@ -499,13 +503,13 @@ impl Writer {
         let mut chunks = batch.chunks(TRAJECTORY_BATCH);
         let mut next = chunks
             .next()
-            .map(|c| bind_trajectories(pick(c), c, now, next_seq));
+            .map(|c| bind_trajectories(sql.for_rows(c.len()), c, now, next_seq));
         let mut added = 0;
         while let Some(query) = next.take() {
             let (inserted, following) = futures::join!(query.fetch_all(&mut **tx), async {
                 chunks
                     .next()
-                    .map(|c| bind_trajectories(pick(c), c, now, next_seq))
+                    .map(|c| bind_trajectories(sql.for_rows(c.len()), c, now, next_seq))
             });
             next = following;
             let inserted = inserted.map_err(q("storing trajectories"))?;
@@ -539,25 +543,14 @@ impl Writer {
             })
             .collect();
         let sqlite = self.sqlite;
-        let full_sql = insert_sql("trajectory_tools", TOOL_COLS, TOOL_BATCH, !sqlite);
-        let last_sql = insert_sql(
-            "trajectory_tools",
-            TOOL_COLS,
-            rows.len() % TOOL_BATCH,
-            !sqlite,
-        );
-        let pick = |rows: &[ToolRow]| {
-            if rows.len() == TOOL_BATCH {
-                full_sql.as_str()
-            } else {
-                last_sql.as_str()
-            }
-        };
+        let sql = BatchSql::new(rows.len(), TOOL_BATCH, |n| {
+            insert_sql("trajectory_tools", TOOL_COLS, n, !sqlite)
+        });
         let mut chunks = rows.chunks(TOOL_BATCH);
-        let mut next = chunks.next().map(|c| bind_tools(pick(c), c));
+        let mut next = chunks.next().map(|c| bind_tools(sql.for_rows(c.len()), c));
         while let Some(query) = next.take() {
             let (done, following) = futures::join!(query.execute(&mut **tx), async {
-                chunks.next().map(|c| bind_tools(pick(c), c))
+                chunks.next().map(|c| bind_tools(sql.for_rows(c.len()), c))
             });
             next = following;
             done.map_err(q("storing tool lists"))?;
@@ -571,6 +564,38 @@ impl Writer {
 
     pub(crate) async fn rollback(self) -> Result<(), StoreError> {
         self.tx.rollback().await.map_err(q("rolling back"))
+    }
+}
+
+/// The SQL of a batched insert of `rows` rows: one statement for a full batch, reused by every full batch (the
+/// driver prepares it once), and one for the shorter last batch. Each is built only when some batch needs it.
+struct BatchSql {
+    batch: usize,
+    full: String,
+    last: String,
+}
+
+impl BatchSql {
+    fn new(rows: usize, batch: usize, make: impl Fn(usize) -> String) -> BatchSql {
+        let rest = rows % batch;
+        BatchSql {
+            batch,
+            full: if rows >= batch {
+                make(batch)
+            } else {
+                String::new()
+            },
+            last: if rest > 0 { make(rest) } else { String::new() },
+        }
+    }
+
+    /// The statement for a batch of `n` rows (`n` is a full batch or the last one).
+    fn for_rows(&self, n: usize) -> &str {
+        if n == self.batch {
+            &self.full
+        } else {
+            &self.last
+        }
     }
 }
 
