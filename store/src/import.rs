@@ -207,7 +207,7 @@ pub(crate) struct Prepared {
     candidate_id: Option<String>,
     rollout: Option<i64>,
     body: StoredBody,
-    /// (description id, tool, calls) in tool-list order.
+    /// (description version, calls) in tool-list order.
     tools: Vec<(Arc<DescriptionRow>, i64)>,
 }
 
@@ -360,6 +360,20 @@ fn insert_sql(table: &str, cols: &[&str], rows: usize, numbered: bool) -> String
     s
 }
 
+/// `n` parameter placeholders separated by commas, `$1..` when `numbered`, else `?`.
+fn placeholders(n: usize, numbered: bool) -> String {
+    (1..=n)
+        .map(|i| {
+            if numbered {
+                format!("${i}")
+            } else {
+                "?".into()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 const TRAJECTORY_COLS: &[&str] = &[
     "id",
     "source",
@@ -378,13 +392,7 @@ const TRAJECTORY_COLS: &[&str] = &[
     "ingested_at",
     "body",
 ];
-const TOOL_COLS: &[&str] = &[
-    "trajectory_seq",
-    "position",
-    "description_id",
-    "tool",
-    "calls",
-];
+const TOOL_COLS: &[&str] = &["trajectory_seq", "position", "description_key", "calls"];
 const DESCRIPTION_COLS: &[&str] = &["id", "tool", "description", "input_schema", "first_seen_at"];
 // Rows per statement: well under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters.
 const TRAJECTORY_BATCH: usize = 500;
@@ -394,7 +402,8 @@ const DESCRIPTION_BATCH: usize = 500;
 /// A transaction that trajectories are written into.
 pub(crate) struct Writer {
     tx: Transaction<'static, Any>,
-    known_descriptions: HashSet<String>,
+    /// The key of each description version this transaction has stored or found, by id.
+    description_keys: HashMap<String, i64>,
     now: String,
     /// SQLite (`?` placeholders, compressed bodies, numbered here) or PostgreSQL (`$N`, text bodies, BIGSERIAL).
     sqlite: bool,
@@ -424,7 +433,7 @@ impl Writer {
         };
         Ok(Writer {
             tx,
-            known_descriptions: HashSet::new(),
+            description_keys: HashMap::new(),
             sqlite,
             now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             next_seq,
@@ -445,12 +454,12 @@ impl Writer {
     /// on this thread while the previous one runs (binding through the `Any` driver copies every value and was a
     /// sixth of the writer's time, all of it spent waiting before).
     async fn write_prepared(&mut self, batch: &[Prepared]) -> Result<u64, StoreError> {
-        // Description versions first: rows in `trajectory_tools` reference them.
+        // Description versions first: rows in `trajectory_tools` reference them by key.
         let mut new_descriptions = Vec::new();
+        let mut new_ids = HashSet::new();
         for p in batch {
             for (d, _) in &p.tools {
-                if !self.known_descriptions.contains(&d.id) {
-                    self.known_descriptions.insert(d.id.clone());
+                if !self.description_keys.contains_key(&d.id) && new_ids.insert(d.id.as_str()) {
                     new_descriptions.push(d);
                 }
             }
@@ -470,6 +479,22 @@ impl Writer {
                 .execute(&mut *self.tx)
                 .await
                 .map_err(q("storing description versions"))?;
+            // Some were stored before this transaction (and kept their keys): read every key back.
+            let sql = format!(
+                "SELECT id, key FROM descriptions WHERE id IN ({})",
+                placeholders(chunk.len(), !self.sqlite)
+            );
+            let mut query = sqlx::query(&sql);
+            for d in chunk {
+                query = query.bind(d.id.as_str());
+            }
+            for row in query
+                .fetch_all(&mut *self.tx)
+                .await
+                .map_err(q("reading description keys"))?
+            {
+                self.description_keys.insert(row.get(0), row.get(1));
+            }
         }
 
         // Trajectories. SQLite numbers them here and returns the numbers of the rows it added; PostgreSQL draws
@@ -532,16 +557,21 @@ impl Writer {
         }
 
         // Their tool lists.
-        let rows: Vec<(i64, i64, &str, &str, i64)> = batch
-            .iter()
-            .zip(&seq_of)
-            .filter_map(|(p, seq)| seq.map(|seq| (seq, p)))
-            .flat_map(|(seq, p)| {
-                p.tools.iter().enumerate().map(move |(i, (d, calls))| {
-                    (seq, i as i64, d.id.as_str(), d.tool.as_str(), *calls)
-                })
-            })
-            .collect();
+        let keys = &self.description_keys;
+        let mut rows: Vec<ToolRow> = Vec::with_capacity(batch.len() * 8);
+        for (p, seq) in batch.iter().zip(&seq_of) {
+            let Some(seq) = *seq else { continue };
+            for (i, (d, calls)) in p.tools.iter().enumerate() {
+                let key = keys
+                    .get(&d.id)
+                    .copied()
+                    .ok_or_else(|| StoreError::Corrupt {
+                        id: d.id.clone(),
+                        message: "description version has no key after it was stored".into(),
+                    })?;
+                rows.push((seq, i as i64, key, *calls));
+            }
+        }
         let sqlite = self.sqlite;
         let sql = BatchSql::new(rows.len(), TOOL_BATCH, |n| {
             insert_sql("trajectory_tools", TOOL_COLS, n, !sqlite)
@@ -599,8 +629,8 @@ impl BatchSql {
     }
 }
 
-/// A tool row: trajectory number, position in its tool list, description id, tool name, calls.
-type ToolRow<'a> = (i64, i64, &'a str, &'a str, i64);
+/// A tool row: trajectory number, position in its tool list, description key, calls.
+type ToolRow = (i64, i64, i64, i64);
 
 type Insert<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
@@ -642,15 +672,10 @@ fn bind_trajectories<'q>(
 }
 
 /// The insert of `rows` (with `sql` made for as many rows).
-fn bind_tools<'q>(sql: &'q str, rows: &'q [ToolRow<'q>]) -> Insert<'q> {
+fn bind_tools<'q>(sql: &'q str, rows: &'q [ToolRow]) -> Insert<'q> {
     let mut query = sqlx::query(sql);
-    for (seq, pos, d, tool, calls) in rows {
-        query = query
-            .bind(*seq)
-            .bind(*pos)
-            .bind(*d)
-            .bind(*tool)
-            .bind(*calls);
+    for &(seq, pos, key, calls) in rows {
+        query = query.bind(seq).bind(pos).bind(key).bind(calls);
     }
     query
 }

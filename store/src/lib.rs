@@ -255,7 +255,7 @@ impl Store {
         let tools = sqlx::query(
             "SELECT d.tool, d.description, d.input_schema FROM trajectory_tools tt \
              JOIN trajectories t ON t.seq = tt.trajectory_seq \
-             JOIN descriptions d ON d.id = tt.description_id \
+             JOIN descriptions d ON d.key = tt.description_key \
              WHERE t.id = $1 ORDER BY tt.position",
         )
         .bind(id.as_str())
@@ -290,14 +290,15 @@ impl Store {
         let rows = match tool {
             Some(tool) => sqlx::query(
                 "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
-                 WHERE tt.tool = $1 ORDER BY t.ingested_at DESC, t.id LIMIT $2",
+                 JOIN descriptions d ON d.key = tt.description_key \
+                 WHERE d.tool = $1 ORDER BY t.seq DESC LIMIT $2",
             )
             .bind(tool.to_string())
             .bind(limit as i64)
             .fetch_all(&self.pool)
             .await,
             None => sqlx::query(
-                "SELECT id FROM trajectories ORDER BY ingested_at DESC, id LIMIT $1",
+                "SELECT id FROM trajectories ORDER BY seq DESC LIMIT $1",
             )
             .bind(limit as i64)
             .fetch_all(&self.pool)
@@ -322,8 +323,9 @@ impl Store {
         let since = since.unwrap_or("");
         let failing = sqlx::query(
             "SELECT t.id FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
-             WHERE tt.tool = $1 AND t.success = 0 AND t.ingested_at >= $2 AND t.source <> 'evaluator' \
-             ORDER BY t.ingested_at DESC, t.id LIMIT $3",
+             JOIN descriptions d ON d.key = tt.description_key \
+             WHERE d.tool = $1 AND t.success = 0 AND t.ingested_at >= $2 AND t.source <> 'evaluator' \
+             ORDER BY t.seq DESC LIMIT $3",
         )
         .bind(tool.to_string())
         .bind(since.to_string())
@@ -333,7 +335,8 @@ impl Store {
         .map_err(q("listing failing trajectories"))?;
         let judged = sqlx::query(
             "SELECT COUNT(*) FROM trajectories t JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
-             WHERE tt.tool = $1 AND t.success IS NOT NULL AND t.ingested_at >= $2 \
+             JOIN descriptions d ON d.key = tt.description_key \
+             WHERE d.tool = $1 AND t.success IS NOT NULL AND t.ingested_at >= $2 \
              AND t.source <> 'evaluator'",
         )
         .bind(tool.to_string())

@@ -32,7 +32,7 @@ impl Store {
     /// how often they were shown.
     pub async fn tool_stats(&self, tool: Option<&str>) -> Result<Vec<ToolStats>, StoreError> {
         let sql = format!(
-            "SELECT tt.tool, tt.description_id, d.description, \
+            "SELECT d.tool, d.id, d.description, \
                COUNT(*) AS shown, \
                COUNT(CASE WHEN tt.calls > 0 THEN 1 END) AS chosen, \
                CAST(COALESCE(SUM(tt.calls), 0) AS BIGINT) AS calls, \
@@ -40,12 +40,12 @@ impl Store {
                COUNT(CASE WHEN tt.calls > 0 AND t.success = 1 THEN 1 END) AS succeeded \
              FROM trajectory_tools tt \
              JOIN trajectories t ON t.seq = tt.trajectory_seq \
-             JOIN descriptions d ON d.id = tt.description_id \
+             JOIN descriptions d ON d.key = tt.description_key \
              {} \
-             GROUP BY tt.tool, tt.description_id, d.description \
-             ORDER BY tt.tool, shown DESC, tt.description_id",
+             GROUP BY d.tool, d.id, d.description \
+             ORDER BY d.tool, shown DESC, d.id",
             if tool.is_some() {
-                "WHERE tt.tool = $1"
+                "WHERE d.tool = $1"
             } else {
                 ""
             }

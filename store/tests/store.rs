@@ -480,3 +480,146 @@ async fn sqlite_store_from_before_0004_keeps_its_tool_lists_and_plain_bodies() {
     assert_eq!(kinds, ["text", "blob"]);
     pool.close().await;
 }
+
+/// Copies the migrations of `dialect` numbered below `before` into a folder of their own, to build a store as an
+/// older tooltune left it.
+fn migrations_before(dialect: &str, before: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(dialect);
+    for e in std::fs::read_dir(&all).expect("migrations") {
+        let name = e.expect("entry").file_name();
+        if name.to_string_lossy().as_ref() < before {
+            std::fs::copy(all.join(&name), dir.path().join(&name)).expect("copy");
+        }
+    }
+    dir
+}
+
+/// Migration 0006 gives description versions integer keys and drops the tool name from tool rows (and, on SQLite,
+/// makes the sequence number the rowid): a store written before it keeps every tool list and statistic, and new
+/// trajectories number on from the old ones.
+async fn store_from_before_0006_keeps_its_tool_lists(url: &str, dialect: &str) {
+    use sqlx::Executor;
+    let old = migrations_before(dialect, "0006");
+    sqlx::any::install_default_drivers();
+    {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("connect");
+        sqlx::migrate::Migrator::new(old.path())
+            .await
+            .expect("old migrations")
+            .run(&pool)
+            .await
+            .expect("migrate to 0005");
+        let seq_column = if dialect == "sqlite" { ", seq" } else { "" };
+        let seq_value = |n: u32| {
+            if dialect == "sqlite" {
+                format!(", {n}")
+            } else {
+                String::new()
+            }
+        };
+        let body = |task: &str| {
+            format!(
+                "{{\"task\":\"{task}\",\"steps\":[],\"outcome\":{{}},\"meta\":{{\"source\":\"tooltune\"}}}}"
+            )
+        };
+        // The ids a description version really has, so that a new trajectory can find the old version.
+        let d1 = tooltune_core::DescriptionId::of("read_file", "Read a file.", &json!({}));
+        let d2 = tooltune_core::DescriptionId::of("calculator", "Add.", &json!({}));
+        let (d1, d2) = (d1.as_str(), d2.as_str());
+        pool.execute(
+            format!(
+                "INSERT INTO descriptions VALUES ('{d1}', 'read_file', 'Read a file.', '{{}}', '2026-01-01T00:00:00Z'), \
+                     ('{d2}', 'calculator', 'Add.', '{{}}', '2026-01-01T00:00:00Z'); \
+                 INSERT INTO trajectories (id, source, task, ingested_at, body{seq_column}) VALUES \
+                     ('t1', 'tooltune', 'Sum', '2026-01-01T00:00:00Z', '{}'{}), \
+                     ('t2', 'tooltune', 'Add', '2026-01-02T00:00:00Z', '{}'{}); \
+                 INSERT INTO trajectory_tools VALUES (1, 0, '{d1}', 'read_file', 1), (1, 1, '{d2}', 'calculator', 0), \
+                     (2, 0, '{d2}', 'calculator', 2);",
+                body("Sum"),
+                seq_value(1),
+                body("Add"),
+                seq_value(2)
+            )
+            .as_str(),
+        )
+        .await
+        .expect("old rows");
+        pool.close().await;
+    }
+    let s = Store::open(url).await.expect("open migrates");
+    let t1 = s
+        .trajectory(&tooltune_core::TrajectoryId::from_stored("t1".into()))
+        .await
+        .expect("load")
+        .expect("present");
+    let names: Vec<_> = t1.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["read_file", "calculator"]);
+    let stats = s.tool_stats(Some("calculator")).await.expect("stats");
+    assert_eq!((stats[0].shown, stats[0].chosen, stats[0].calls), (2, 1, 2));
+    let newest = s.trajectory_ids(None, 10).await.expect("ids");
+    assert_eq!(
+        newest.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+        ["t2", "t1"]
+    );
+    // A new trajectory showing a known description version reuses its key, and comes first among the newest.
+    let mut fresh = t1.clone();
+    fresh.task = "Sum again".into();
+    assert_eq!(
+        s.insert(std::slice::from_ref(&fresh))
+            .await
+            .expect("insert"),
+        1
+    );
+    let back = s
+        .trajectory(&fresh.id())
+        .await
+        .expect("load")
+        .expect("present");
+    assert_eq!(back.tools, t1.tools);
+    let by_tool = s
+        .trajectory_ids(Some("read_file"), 10)
+        .await
+        .expect("ids by tool");
+    assert_eq!(
+        by_tool,
+        [
+            fresh.id(),
+            tooltune_core::TrajectoryId::from_stored("t1".into())
+        ]
+    );
+    let stats = s.tool_stats(Some("read_file")).await.expect("stats");
+    assert_eq!(stats.len(), 2, "a total row and one version: {stats:?}");
+    assert_eq!(stats[0].shown, 2);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_store_from_before_0006_keeps_its_tool_lists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    store_from_before_0006_keeps_its_tool_lists(&url, "sqlite").await;
+}
+
+#[tokio::test]
+async fn postgres_store_from_before_0006_keeps_its_tool_lists() {
+    use sqlx::Connection;
+    let admin = admin_url_string();
+    let name = format!("tooltune_test_{}", uuid::Uuid::new_v4().simple());
+    let mut c = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test PostgreSQL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut c)
+        .await
+        .expect("create test database");
+    let (base, _) = admin.rsplit_once('/').expect("URL with a database path");
+    store_from_before_0006_keeps_its_tool_lists(&format!("{base}/{name}"), "postgres").await;
+    let _ = drop_pg_database(&admin, &name).await;
+}
