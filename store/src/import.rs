@@ -221,11 +221,8 @@ pub fn prepare_only(ts: &[Trajectory], sqlite: bool) -> usize {
 pub(crate) struct Prepared {
     id: String,
     source: String,
-    task: String,
-    final_answer: Option<String>,
     score: Option<f64>,
     success: Option<i64>,
-    feedback: Option<String>,
     model: Option<String>,
     client: Option<String>,
     external_id: Option<String>,
@@ -332,11 +329,8 @@ impl Prepared {
         Prepared {
             id: id.as_str().to_string(),
             source: t.meta.source.clone(),
-            task: t.task.clone(),
-            final_answer: t.final_answer.clone(),
             score: t.outcome.score,
             success: t.outcome.effective_success().map(i64::from),
-            feedback: t.outcome.feedback.clone(),
             model: t.meta.model.clone(),
             client: t.meta.client.clone(),
             external_id: t.meta.external_id.clone(),
@@ -420,11 +414,8 @@ fn placeholders(n: usize, numbered: bool) -> String {
 const TRAJECTORY_COLS: &[&str] = &[
     "id",
     "source",
-    "task",
-    "final_answer",
     "score",
     "success",
-    "feedback",
     "model",
     "client",
     "external_id",
@@ -689,11 +680,8 @@ fn bind_trajectories<'q>(
         query = query
             .bind(p.id.as_str())
             .bind(p.source.as_str())
-            .bind(p.task.as_str())
-            .bind(p.final_answer.as_deref())
             .bind(p.score)
             .bind(p.success)
-            .bind(p.feedback.as_deref())
             .bind(p.model.as_deref())
             .bind(p.client.as_deref())
             .bind(p.external_id.as_deref())
