@@ -12,7 +12,6 @@ use serde::ser::{self, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Appends the canonical JSON of `value` to `out`.
@@ -43,7 +42,7 @@ const TOOLS_LIMIT: usize = 1024;
 
 #[derive(Default)]
 struct ToolCache {
-    by_schema: HashMap<usize, Vec<CachedTool>>,
+    by_schema: foldhash::HashMap<usize, Vec<CachedTool>>,
     len: usize,
 }
 

@@ -359,7 +359,9 @@ impl Trajectory {
         if self.task.trim().is_empty() {
             return Err(ValidationError::new("task", "is empty"));
         }
-        let mut seen = std::collections::HashSet::new();
+        // foldhash: std's SipHash is made to resist chosen keys, which costs on every record and buys nothing for
+        // a set that lives for one call.
+        let mut seen = foldhash::HashSet::default();
         for (i, t) in self.tools.iter().enumerate() {
             if t.name.is_empty() {
                 return Err(ValidationError::new(format!("tools[{i}].name"), "is empty"));

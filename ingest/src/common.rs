@@ -5,7 +5,6 @@ use crate::{Format, RecordError};
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use tooltune_core::{Step, ToolCall, ToolSpec, Trajectory};
 
 /// Decodes one record with serde, reporting the JSON path of the first field that does not fit.
@@ -246,7 +245,8 @@ thread_local! {
     /// Tool lists this thread has already decoded, by their raw JSON text. A log's records show the same tool
     /// list over and over (one agent, one server), and decoding its schemas into `Value`s was the largest single
     /// cost of reading a Langfuse trace; a clone of the decoded list costs a fraction of that.
-    static TOOL_LISTS: RefCell<HashMap<Box<str>, Vec<ToolSpec>>> = RefCell::new(HashMap::new());
+    /// Hashed with foldhash: with SipHash, hashing the text (a kilobyte or more) was 5% of parsing a record.
+    static TOOL_LISTS: RefCell<foldhash::HashMap<Box<str>, Vec<ToolSpec>>> = RefCell::new(Default::default());
 }
 /// At most this many lists are kept per thread; the cache is emptied when full (logs have few distinct lists).
 const TOOL_LISTS_LIMIT: usize = 64;

@@ -9,12 +9,13 @@ use crate::common::{
     last_answer, ms_between, time_key, tool_spec, value_to_text,
 };
 use crate::{Format, RecordError};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolSpec, Trajectory, Usage};

@@ -7,10 +7,10 @@ use crate::common::{
     rfc3339_from_secs, score_value, success_value,
 };
 use crate::{Format, RecordError};
+use foldhash::{HashMap, HashMapExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
 use tooltune_core::{Meta, Outcome, Step, ToolCall, ToolSpec, Trajectory, Usage};
 
 #[derive(Deserialize)]

@@ -11,12 +11,13 @@ use crate::common::{
     last_answer, rfc3339_from_nanos, score_value, success_value, tool_spec, value_to_text,
 };
 use crate::{Format, Parsed, RecordError};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use rayon::prelude::*;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolCall, ToolSpec, Trajectory, Usage};

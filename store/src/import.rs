@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::{Any, Row, Transaction};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::io::BufRead;
 use std::sync::{Arc, OnceLock};
 use tooltune_core::{DescriptionId, ToolSpec, Trajectory, canonical_json};
@@ -252,7 +252,7 @@ type SchemaCopy = (Arc<Value>, Arc<DescriptionRow>);
 /// many schema copies that is in all.
 #[derive(Default)]
 struct SeenDescriptions {
-    by_text: HashMap<u64, Vec<SchemaCopy>>,
+    by_text: foldhash::HashMap<u64, Vec<SchemaCopy>>,
     len: usize,
 }
 
@@ -265,10 +265,8 @@ thread_local! {
 const SEEN_LIMIT: usize = 4096;
 
 fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
-    let mut hasher = std::hash::DefaultHasher::new();
-    tool.name.hash(&mut hasher);
-    tool.description.hash(&mut hasher);
-    let key = hasher.finish();
+    // A fixed-seed foldhash: the key only picks a bucket of candidates that are then compared in full.
+    let key = foldhash::fast::FixedState::default().hash_one((&tool.name, &tool.description));
     SEEN.with_borrow_mut(|seen| {
         let same_text =
             |row: &DescriptionRow| row.tool == tool.name && row.description == tool.description;
