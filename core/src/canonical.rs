@@ -2,8 +2,9 @@
 //!
 //! Content addresses (trajectory and description ids) hash the canonical JSON of a value. Building it by way of a
 //! `serde_json::Value` tree, then a key-sorted copy of that tree, cost two allocations per node and was most of
-//! ingest's CPU time. This serializer writes into one buffer instead: an object's entries are written in the order
-//! they arrive, remembered as byte ranges, and reordered in place when the object ends. The output is byte-for-byte
+//! ingest's CPU time. This serializer writes into one buffer instead: an object's entries are written as final JSON
+//! in the order they arrive, remembered as byte ranges, and rewritten in key order when the object ends, unless
+//! they arrived in key order already (then nothing is copied). The output is byte-for-byte
 //! what `serde_json::to_string` prints for the key-sorted `serde_json::to_value` of the same value (tested against
 //! that reference), so ids stay what they were.
 
@@ -90,7 +91,7 @@ pub(crate) fn write_tool(tool: &ToolSpec, out: &mut Vec<u8>) {
 #[derive(Clone, Copy)]
 enum Key {
     Static(&'static str),
-    /// Byte range in `out` of the key as written (a JSON string, or a bare number).
+    /// Byte range in `out` of the key as written: a JSON string (an integer key is quoted as `to_value` would).
     Written(usize, usize),
 }
 
@@ -118,55 +119,57 @@ impl Ctx {
         match key {
             Key::Static(s) => Cow::Borrowed(s),
             Key::Written(a, b) => {
-                let bytes = &out[a..b];
-                if bytes.first() == Some(&b'"') {
-                    let inner = &bytes[1..bytes.len() - 1];
-                    if !inner.contains(&b'\\') {
-                        // serde_json wrote it from a &str, so it is UTF-8.
-                        return String::from_utf8_lossy(inner);
-                    }
-                    // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
-                    Cow::Owned(serde_json::from_slice::<String>(bytes).unwrap_or_default())
-                } else {
-                    // An integer key: `serde_json::to_value` turns it into its decimal string.
-                    String::from_utf8_lossy(bytes)
+                let inner = &out[a + 1..b - 1];
+                if !inner.contains(&b'\\') {
+                    // serde_json wrote it from a &str, so it is UTF-8.
+                    return String::from_utf8_lossy(inner);
                 }
+                // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
+                Cow::Owned(serde_json::from_slice::<String>(&out[a..b]).unwrap_or_default())
             }
         }
     }
 
-    /// Closes the object whose `{` is at `start` and whose entries begin at `base`: rewrites its bytes with the
-    /// entries in key order.
+    /// Starts an entry of the object whose entries begin at `base`: the comma before every entry but the first.
+    fn begin_entry(&mut self, base: usize) {
+        if self.entries.len() > base {
+            self.out.push(b',');
+        }
+    }
+
+    /// Closes the object whose `{` is at `start` and whose entries begin at `base`. Entries that arrived in key
+    /// order are final as written; otherwise the object's bytes are rewritten with its entries sorted.
     fn end_object(&mut self, start: usize, base: usize) -> Result<(), serde_json::Error> {
-        {
+        let sorted = {
             let out = &self.out;
             self.entries[base..]
-                .sort_by(|a, b| Ctx::key_text(out, a.key).cmp(&Ctx::key_text(out, b.key)));
-        }
-        self.tmp.clear();
-        self.tmp.extend_from_slice(&self.out[start..]);
-        self.out.truncate(start);
-        self.out.push(b'{');
-        for (i, e) in self.entries[base..].iter().enumerate() {
-            if i > 0 {
-                self.out.push(b',');
+                .windows(2)
+                .all(|w| Ctx::key_text(out, w[0].key) <= Ctx::key_text(out, w[1].key))
+        };
+        if !sorted {
+            {
+                let out = &self.out;
+                self.entries[base..]
+                    .sort_by(|a, b| Ctx::key_text(out, a.key).cmp(&Ctx::key_text(out, b.key)));
             }
-            match e.key {
-                Key::Static(s) => serde_json::to_writer(&mut self.out, s)?,
-                Key::Written(a, b) => {
-                    let key = &self.tmp[a - start..b - start];
-                    if key[0] == b'"' {
-                        self.out.extend_from_slice(key);
-                    } else {
-                        self.out.push(b'"');
-                        self.out.extend_from_slice(key);
-                        self.out.push(b'"');
+            self.tmp.clear();
+            self.tmp.extend_from_slice(&self.out[start..]);
+            self.out.truncate(start);
+            self.out.push(b'{');
+            for (i, e) in self.entries[base..].iter().enumerate() {
+                if i > 0 {
+                    self.out.push(b',');
+                }
+                match e.key {
+                    Key::Static(s) => serde_json::to_writer(&mut self.out, s)?,
+                    Key::Written(a, b) => {
+                        self.out.extend_from_slice(&self.tmp[a - start..b - start])
                     }
                 }
+                self.out.push(b':');
+                let (a, b) = e.value;
+                self.out.extend_from_slice(&self.tmp[a - start..b - start]);
             }
-            self.out.push(b':');
-            let (a, b) = e.value;
-            self.out.extend_from_slice(&self.tmp[a - start..b - start]);
         }
         self.out.push(b'}');
         self.entries.truncate(base);
@@ -209,6 +212,7 @@ struct Obj<'a> {
 }
 
 impl Obj<'_> {
+    /// Writes the value of an entry whose key (and the `:` after it) is written.
     fn value_for<T: Serialize + ?Sized>(
         &mut self,
         key: Key,
@@ -420,17 +424,24 @@ impl ser::SerializeMap for Obj<'_> {
     type Ok = ();
     type Error = serde_json::Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), serde_json::Error> {
-        // The key is written where it lands and picked up again when the object is reordered.
+        // The key is written where it lands and picked up again if the object is reordered.
+        self.ctx.begin_entry(self.base);
         let a = self.ctx.out.len();
         key.serialize(&mut *self.ctx)?;
-        let b = self.ctx.out.len();
-        let written = &self.ctx.out[a..b];
+        let written = &self.ctx.out[a..];
         let is_string = written.first() == Some(&b'"');
         let is_integer =
             !written.is_empty() && written.iter().all(|c| c.is_ascii_digit() || *c == b'-');
         if !is_string && !is_integer {
             return Err(ser::Error::custom("key must be a string"));
         }
+        if is_integer {
+            // `serde_json::to_value` turns an integer key into its decimal string.
+            self.ctx.out.insert(a, b'"');
+            self.ctx.out.push(b'"');
+        }
+        let b = self.ctx.out.len();
+        self.ctx.out.push(b':');
         self.pending_key = Some(Key::Written(a, b));
         Ok(())
     }
@@ -457,6 +468,9 @@ macro_rules! struct_kind {
                 key: &'static str,
                 v: &T,
             ) -> Result<(), serde_json::Error> {
+                self.ctx.begin_entry(self.base);
+                serde_json::to_writer(&mut self.ctx.out, key)?;
+                self.ctx.out.push(b':');
                 self.value_for(Key::Static(key), v)
             }
             fn end(self) -> Result<(), serde_json::Error> {

@@ -294,18 +294,21 @@ pub struct Trajectory {
 
 /// A trajectory's serialised shape without its tool list (the same fields, names and omissions as `Trajectory`),
 /// for [`Trajectory::id`], which appends the tool list itself.
+///
+/// The fields are declared in key order, so that the canonical writer finds the object sorted as written and does
+/// not copy the whole body once more to reorder it.
 #[derive(Serialize)]
 struct WithoutTools<'a> {
-    task: &'a String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: &'a Option<String>,
-    steps: &'a Vec<Step>,
     #[serde(skip_serializing_if = "Option::is_none")]
     final_answer: &'a Option<String>,
-    outcome: &'a Outcome,
-    meta: &'a Meta,
     #[serde(skip_serializing_if = "Links::is_empty")]
     links: &'a Links,
+    meta: &'a Meta,
+    outcome: &'a Outcome,
+    steps: &'a Vec<Step>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: &'a Option<String>,
+    task: &'a String,
 }
 
 impl<'a> WithoutTools<'a> {
