@@ -162,7 +162,7 @@ pub struct ToolCall {
 
 /// One step of a trajectory, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", try_from = "StepFields")]
 pub enum Step {
     /// A further user message after the task (multi-turn conversations).
     User {
@@ -200,6 +200,68 @@ pub enum Step {
         #[serde(default, skip_serializing_if = "Timing::is_empty")]
         timing: Timing,
     },
+}
+
+/// A step as it is read: every field some kind of step has, checked against the kind afterwards.
+///
+/// serde reads an internally tagged enum by first buffering each object into a tree of its own (the tag may come
+/// last, as it does in canonical JSON), then reading the variant from that tree; for steps that was a sixth of
+/// parsing a record. Reading one flat struct needs no buffer. Unlike the derived reading, a field of another kind
+/// of step must have that field's type, and a `null` where a default exists reads as the default.
+#[derive(Deserialize)]
+struct StepFields {
+    #[serde(rename = "type")]
+    kind: StepKind,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default)]
+    timing: Option<Timing>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    is_error: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StepKind {
+    User,
+    Model,
+    ToolResult,
+}
+
+impl TryFrom<StepFields> for Step {
+    type Error = String;
+
+    fn try_from(f: StepFields) -> Result<Step, String> {
+        // The messages are serde's own for a missing field, so that both readings say the same.
+        let required =
+            |v: Option<String>, field: &str| v.ok_or_else(|| format!("missing field `{field}`"));
+        Ok(match f.kind {
+            StepKind::User => Step::User {
+                content: required(f.content, "content")?,
+            },
+            StepKind::Model => Step::Model {
+                content: f.content,
+                tool_calls: f.tool_calls.unwrap_or_default(),
+                timing: f.timing.unwrap_or_default(),
+                usage: f.usage,
+            },
+            StepKind::ToolResult => Step::ToolResult {
+                call_id: f.call_id,
+                name: required(f.name, "name")?,
+                content: required(f.content, "content")?,
+                is_error: f.is_error.unwrap_or(false),
+                timing: f.timing.unwrap_or_default(),
+            },
+        })
+    }
 }
 
 /// How a trajectory ended, as judged by whoever logged it (or by tooltune's checks).
@@ -549,5 +611,107 @@ mod tests {
         let mut u = sample();
         u.final_answer = Some("69505".into());
         assert_ne!(t.id(), u.id());
+    }
+
+    /// `Step` as serde derives it, for comparing with the flat reading.
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum DerivedStep {
+        User {
+            content: String,
+        },
+        Model {
+            #[serde(default)]
+            content: Option<String>,
+            #[serde(default)]
+            tool_calls: Vec<ToolCall>,
+            #[serde(default)]
+            timing: Timing,
+            #[serde(default)]
+            usage: Option<Usage>,
+        },
+        ToolResult {
+            #[serde(default)]
+            call_id: Option<String>,
+            name: String,
+            content: String,
+            #[serde(default)]
+            is_error: bool,
+            #[serde(default)]
+            timing: Timing,
+        },
+    }
+
+    impl From<DerivedStep> for Step {
+        fn from(d: DerivedStep) -> Step {
+            match d {
+                DerivedStep::User { content } => Step::User { content },
+                DerivedStep::Model {
+                    content,
+                    tool_calls,
+                    timing,
+                    usage,
+                } => Step::Model {
+                    content,
+                    tool_calls,
+                    timing,
+                    usage,
+                },
+                DerivedStep::ToolResult {
+                    call_id,
+                    name,
+                    content,
+                    is_error,
+                    timing,
+                } => Step::ToolResult {
+                    call_id,
+                    name,
+                    content,
+                    is_error,
+                    timing,
+                },
+            }
+        }
+    }
+
+    #[test]
+    fn steps_read_as_the_derived_tagged_enum_reads_them() {
+        let valid = [
+            json!({"type": "user", "content": "More, please."}),
+            json!({"content": "More, please.", "type": "user"}),
+            json!({"type": "model"}),
+            json!({"type": "model", "content": "Looking.", "tool_calls": [
+                {"id": "c1", "name": "search", "arguments": {"q": "7"}}, {"name": "noop"}],
+                "timing": {"started_at": "2025-01-01T00:00:00Z", "duration_ms": 12.5},
+                "usage": {"prompt_tokens": 10, "completion_tokens": 3}, "extra": [1, 2]}),
+            json!({"tool_calls": [{"name": "x", "arguments": "not json"}], "type": "model"}),
+            json!({"type": "tool_result", "name": "search", "content": "found", "call_id": "c1",
+                "is_error": true, "timing": {"duration_ms": 3.0}}),
+            json!({"content": "", "name": "search", "type": "tool_result"}),
+        ];
+        for v in valid {
+            let flat: Step = serde_json::from_value(v.clone()).expect("flat reading");
+            let derived: DerivedStep = serde_json::from_value(v.clone()).expect("derived reading");
+            assert_eq!(flat, Step::from(derived), "{v}");
+            // And a step written out reads back as itself.
+            let again: Step = serde_json::from_str(&serde_json::to_string(&flat).expect("write"))
+                .expect("read back");
+            assert_eq!(again, flat);
+        }
+        let invalid = [
+            json!({"content": "no type"}),
+            json!({"type": "robot", "content": "x"}),
+            json!({"type": "user"}),
+            json!({"type": "user", "content": 5}),
+            json!({"type": "tool_result", "content": "no name"}),
+            json!({"type": "tool_result", "name": "search"}),
+            json!({"type": "model", "tool_calls": [{"arguments": {}}]}),
+        ];
+        for v in invalid {
+            let flat = serde_json::from_value::<Step>(v.clone()).expect_err("flat rejects");
+            let derived =
+                serde_json::from_value::<DerivedStep>(v.clone()).expect_err("derived rejects");
+            assert_eq!(flat.to_string(), derived.to_string(), "{v}");
+        }
     }
 }
