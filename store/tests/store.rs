@@ -51,7 +51,8 @@ async fn sqlite() -> TestDb {
     }
 }
 
-async fn postgres() -> TestDb {
+/// A fresh, empty PostgreSQL database: (admin URL, database name, the database's URL).
+async fn new_pg_database() -> (String, String, String) {
     use sqlx::Connection;
     let admin = admin_url_string();
     let name = format!("tooltune_test_{}", uuid::Uuid::new_v4().simple());
@@ -63,9 +64,13 @@ async fn postgres() -> TestDb {
         .await
         .expect("create test database");
     let (base, _) = admin.rsplit_once('/').expect("URL with a database path");
-    let store = Store::open(&format!("{base}/{name}"))
-        .await
-        .expect("open postgres");
+    let url = format!("{base}/{name}");
+    (admin, name, url)
+}
+
+async fn postgres() -> TestDb {
+    let (admin, name, url) = new_pg_database().await;
+    let store = Store::open(&url).await.expect("open postgres");
     TestDb {
         store,
         pg_admin: Some((admin, name)),
@@ -399,33 +404,9 @@ async fn postgres_run_lease_has_one_holder() {
 async fn sqlite_store_from_before_0004_keeps_its_tool_lists_and_plain_bodies() {
     use sqlx::Executor;
     let dir = tempfile::tempdir().expect("tempdir");
-    let old = dir.path().join("migrations");
-    std::fs::create_dir(&old).expect("mkdir");
-    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
-    let mut names: Vec<_> = std::fs::read_dir(&all)
-        .expect("migrations")
-        .map(|e| e.expect("entry").file_name())
-        .filter(|n| n.to_string_lossy().as_ref() < "0004")
-        .collect();
-    names.sort();
-    assert_eq!(names.len(), 3, "{names:?}");
-    for n in &names {
-        std::fs::copy(all.join(n), old.join(n)).expect("copy");
-    }
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
-    sqlx::any::install_default_drivers();
     {
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .expect("connect");
-        sqlx::migrate::Migrator::new(old.as_path())
-            .await
-            .expect("old migrations")
-            .run(&pool)
-            .await
-            .expect("migrate to 0003");
+        let pool = migrated_before(&url, "sqlite", "0004").await;
         pool.execute(
             "INSERT INTO descriptions VALUES ('d1', 'read_file', 'Read a file.', '{}', '2026-01-01T00:00:00Z'), \
                  ('d2', 'calculator', 'Add.', '{}', '2026-01-01T00:00:00Z'); \
@@ -448,21 +429,7 @@ async fn sqlite_store_from_before_0004_keeps_its_tool_lists_and_plain_bodies() {
     let stats = s.tool_stats(Some("read_file")).await.expect("stats");
     assert_eq!((stats[0].shown, stats[0].chosen), (1, 1));
     // A trajectory stored after the migration gets its own tool list, and the old one keeps its own.
-    let mut fresh = t.clone();
-    fresh.task = "Sum again".into();
-    assert_eq!(
-        s.insert(std::slice::from_ref(&fresh))
-            .await
-            .expect("insert"),
-        1
-    );
-    let back = s
-        .trajectory(&fresh.id())
-        .await
-        .expect("load")
-        .expect("present");
-    assert_eq!(back.tools, t.tools);
-    assert_eq!(back.task, "Sum again");
+    a_new_copy_reads_back(&s, &t).await;
     let stats = s.tool_stats(Some("read_file")).await.expect("stats");
     assert_eq!(stats[0].shown, 2);
     s.close().await;
@@ -481,20 +448,53 @@ async fn sqlite_store_from_before_0004_keeps_its_tool_lists_and_plain_bodies() {
     pool.close().await;
 }
 
-/// Copies the migrations of `dialect` numbered below `before` into a folder of their own, to build a store as an
-/// older tooltune left it.
-fn migrations_before(dialect: &str, before: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A connection to the database at `url` with the schema an older tooltune left: the migrations of `dialect`
+/// numbered below `before`, applied from a folder of their own.
+async fn migrated_before(url: &str, dialect: &str, before: &str) -> sqlx::AnyPool {
+    let old = tempfile::tempdir().expect("tempdir");
     let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../migrations")
         .join(dialect);
     for e in std::fs::read_dir(&all).expect("migrations") {
         let name = e.expect("entry").file_name();
         if name.to_string_lossy().as_ref() < before {
-            std::fs::copy(all.join(&name), dir.path().join(&name)).expect("copy");
+            std::fs::copy(all.join(&name), old.path().join(&name)).expect("copy");
         }
     }
-    dir
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("connect");
+    sqlx::migrate::Migrator::new(old.path())
+        .await
+        .expect("old migrations")
+        .run(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("migrate to before {before}: {e}"));
+    pool
+}
+
+/// Stores a copy of `t` (another task) in a migrated store and reads it back: it gets its own tool list, the same
+/// as `t`'s. Returns the copy.
+async fn a_new_copy_reads_back(s: &Store, t: &Trajectory) -> Trajectory {
+    let mut fresh = t.clone();
+    fresh.task = "Sum again".into();
+    assert_eq!(
+        s.insert(std::slice::from_ref(&fresh))
+            .await
+            .expect("insert"),
+        1
+    );
+    let back = s
+        .trajectory(&fresh.id())
+        .await
+        .expect("load")
+        .expect("present");
+    assert_eq!(back.tools, t.tools);
+    assert_eq!(back.task, "Sum again");
+    fresh
 }
 
 /// Migration 0006 gives description versions integer keys and drops the tool name from tool rows (and, on SQLite,
@@ -502,20 +502,8 @@ fn migrations_before(dialect: &str, before: &str) -> tempfile::TempDir {
 /// trajectories number on from the old ones.
 async fn store_from_before_0006_keeps_its_tool_lists(url: &str, dialect: &str) {
     use sqlx::Executor;
-    let old = migrations_before(dialect, "0006");
-    sqlx::any::install_default_drivers();
     {
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(url)
-            .await
-            .expect("connect");
-        sqlx::migrate::Migrator::new(old.path())
-            .await
-            .expect("old migrations")
-            .run(&pool)
-            .await
-            .expect("migrate to 0005");
+        let pool = migrated_before(url, dialect, "0006").await;
         let seq_column = if dialect == "sqlite" { ", seq" } else { "" };
         let seq_value = |n: u32| {
             if dialect == "sqlite" {
@@ -569,20 +557,7 @@ async fn store_from_before_0006_keeps_its_tool_lists(url: &str, dialect: &str) {
         ["t2", "t1"]
     );
     // A new trajectory showing a known description version reuses its key, and comes first among the newest.
-    let mut fresh = t1.clone();
-    fresh.task = "Sum again".into();
-    assert_eq!(
-        s.insert(std::slice::from_ref(&fresh))
-            .await
-            .expect("insert"),
-        1
-    );
-    let back = s
-        .trajectory(&fresh.id())
-        .await
-        .expect("load")
-        .expect("present");
-    assert_eq!(back.tools, t1.tools);
+    let fresh = a_new_copy_reads_back(&s, &t1).await;
     let by_tool = s
         .trajectory_ids(Some("read_file"), 10)
         .await
@@ -609,17 +584,7 @@ async fn sqlite_store_from_before_0006_keeps_its_tool_lists() {
 
 #[tokio::test]
 async fn postgres_store_from_before_0006_keeps_its_tool_lists() {
-    use sqlx::Connection;
-    let admin = admin_url_string();
-    let name = format!("tooltune_test_{}", uuid::Uuid::new_v4().simple());
-    let mut c = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("connect to the test PostgreSQL");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut c)
-        .await
-        .expect("create test database");
-    let (base, _) = admin.rsplit_once('/').expect("URL with a database path");
-    store_from_before_0006_keeps_its_tool_lists(&format!("{base}/{name}"), "postgres").await;
+    let (admin, name, url) = new_pg_database().await;
+    store_from_before_0006_keeps_its_tool_lists(&url, "postgres").await;
     let _ = drop_pg_database(&admin, &name).await;
 }
