@@ -87,18 +87,12 @@ pub(crate) fn write_tool(tool: &ToolSpec, out: &mut Vec<u8>) {
     });
 }
 
-/// Where an object's key is: a struct field's static name, or the bytes the key serialised to in `out`.
-#[derive(Clone, Copy)]
-enum Key {
-    Static(&'static str),
-    /// Byte range in `out` of the key as written: a JSON string (an integer key is quoted as `to_value` would).
-    Written(usize, usize),
-}
-
+/// One entry of an object being written: the byte range in `out` of its key (a JSON string; an integer key is
+/// quoted as `to_value` would), and where its value ends. The entry's bytes are `"key":value`, from the key's start
+/// to the value's end.
 struct Entry {
-    key: Key,
-    /// Byte range in `out` of the entry's value.
-    value: (usize, usize),
+    key: (usize, usize),
+    end: usize,
 }
 
 /// The serializer's state: the output, a stack of the entries of the objects being written (each open object
@@ -114,20 +108,15 @@ impl Ctx {
         serde_json::to_writer(&mut self.out, v)
     }
 
-    /// The raw (unescaped) text of a key, for sorting.
-    fn key_text<'a>(out: &'a [u8], key: Key) -> Cow<'a, str> {
-        match key {
-            Key::Static(s) => Cow::Borrowed(s),
-            Key::Written(a, b) => {
-                let inner = &out[a + 1..b - 1];
-                if !inner.contains(&b'\\') {
-                    // serde_json wrote it from a &str, so it is UTF-8.
-                    return String::from_utf8_lossy(inner);
-                }
-                // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
-                Cow::Owned(serde_json::from_slice::<String>(&out[a..b]).unwrap_or_default())
-            }
+    /// The raw (unescaped) text of the key written at `a..b`, for sorting.
+    fn key_text(out: &[u8], (a, b): (usize, usize)) -> Cow<'_, str> {
+        let inner = &out[a + 1..b - 1];
+        if !inner.contains(&b'\\') {
+            // serde_json wrote it from a &str, so it is UTF-8.
+            return String::from_utf8_lossy(inner);
         }
+        // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
+        Cow::Owned(serde_json::from_slice::<String>(&out[a..b]).unwrap_or_default())
     }
 
     /// Starts an entry of the object whose entries begin at `base`: the comma before every entry but the first.
@@ -139,7 +128,7 @@ impl Ctx {
 
     /// Closes the object whose `{` is at `start` and whose entries begin at `base`. Entries that arrived in key
     /// order are final as written; otherwise the object's bytes are rewritten with its entries sorted.
-    fn end_object(&mut self, start: usize, base: usize) -> Result<(), serde_json::Error> {
+    fn end_object(&mut self, start: usize, base: usize) {
         let sorted = {
             let out = &self.out;
             self.entries[base..]
@@ -160,20 +149,12 @@ impl Ctx {
                 if i > 0 {
                     self.out.push(b',');
                 }
-                match e.key {
-                    Key::Static(s) => serde_json::to_writer(&mut self.out, s)?,
-                    Key::Written(a, b) => {
-                        self.out.extend_from_slice(&self.tmp[a - start..b - start])
-                    }
-                }
-                self.out.push(b':');
-                let (a, b) = e.value;
-                self.out.extend_from_slice(&self.tmp[a - start..b - start]);
+                self.out
+                    .extend_from_slice(&self.tmp[e.key.0 - start..e.end - start]);
             }
         }
         self.out.push(b'}');
         self.entries.truncate(base);
-        Ok(())
     }
 }
 
@@ -206,27 +187,26 @@ struct Obj<'a> {
     ctx: &'a mut Ctx,
     start: usize,
     base: usize,
-    pending_key: Option<Key>,
+    pending_key: Option<(usize, usize)>,
     /// Closing bytes after the object (`}` for a struct variant's wrapper object).
     close: &'static [u8],
 }
 
 impl Obj<'_> {
-    /// Writes the value of an entry whose key (and the `:` after it) is written.
+    /// Writes the value of an entry whose key (at `key`, with the `:` after it) is written.
     fn value_for<T: Serialize + ?Sized>(
         &mut self,
-        key: Key,
+        key: (usize, usize),
         v: &T,
     ) -> Result<(), serde_json::Error> {
-        let a = self.ctx.out.len();
         v.serialize(&mut *self.ctx)?;
-        let b = self.ctx.out.len();
-        self.ctx.entries.push(Entry { key, value: (a, b) });
+        let end = self.ctx.out.len();
+        self.ctx.entries.push(Entry { key, end });
         Ok(())
     }
 
     fn finish(self) -> Result<(), serde_json::Error> {
-        self.ctx.end_object(self.start, self.base)?;
+        self.ctx.end_object(self.start, self.base);
         self.ctx.out.extend_from_slice(self.close);
         Ok(())
     }
@@ -442,7 +422,7 @@ impl ser::SerializeMap for Obj<'_> {
         }
         let b = self.ctx.out.len();
         self.ctx.out.push(b':');
-        self.pending_key = Some(Key::Written(a, b));
+        self.pending_key = Some((a, b));
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), serde_json::Error> {
@@ -469,9 +449,11 @@ macro_rules! struct_kind {
                 v: &T,
             ) -> Result<(), serde_json::Error> {
                 self.ctx.begin_entry(self.base);
+                let a = self.ctx.out.len();
                 serde_json::to_writer(&mut self.ctx.out, key)?;
+                let b = self.ctx.out.len();
                 self.ctx.out.push(b':');
-                self.value_for(Key::Static(key), v)
+                self.value_for((a, b), v)
             }
             fn end(self) -> Result<(), serde_json::Error> {
                 self.finish()
