@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sqlx::{Any, Row, Transaction};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::io::BufRead;
 use std::sync::{Arc, OnceLock};
@@ -394,24 +394,12 @@ fn insert_sql(table: &str, cols: &[&str], rows: usize, numbered: bool) -> String
         "INSERT OR IGNORE INTO"
     };
     let mut s = format!("{verb} {table} ({}) VALUES ", cols.join(", "));
-    let mut n = 0;
     for r in 0..rows {
         if r > 0 {
             s.push(',');
         }
         s.push('(');
-        for c in 0..cols.len() {
-            if c > 0 {
-                s.push(',');
-            }
-            n += 1;
-            if numbered {
-                s.push('$');
-                s.push_str(&n.to_string());
-            } else {
-                s.push('?');
-            }
-        }
+        push_placeholders(&mut s, r * cols.len() + 1, cols.len(), numbered);
         s.push(')');
     }
     if numbered {
@@ -420,18 +408,19 @@ fn insert_sql(table: &str, cols: &[&str], rows: usize, numbered: bool) -> String
     s
 }
 
-/// `n` parameter placeholders separated by commas, `$1..` when `numbered`, else `?`.
-fn placeholders(n: usize, numbered: bool) -> String {
-    (1..=n)
-        .map(|i| {
-            if numbered {
-                format!("${i}")
-            } else {
-                "?".into()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+/// Appends `n` parameter placeholders separated by commas: `$first`, `$first+1`, .. when `numbered`, else `?`.
+fn push_placeholders(s: &mut String, first: usize, n: usize, numbered: bool) {
+    for i in first..first + n {
+        if i > first {
+            s.push(',');
+        }
+        if numbered {
+            s.push('$');
+            s.push_str(&i.to_string());
+        } else {
+            s.push('?');
+        }
+    }
 }
 
 const TRAJECTORY_COLS: &[&str] = &[
@@ -459,8 +448,9 @@ const DESCRIPTION_BATCH: usize = 500;
 /// A transaction that trajectories are written into.
 pub(crate) struct Writer {
     tx: Transaction<'static, Any>,
-    /// The key of each description version this transaction has stored or found, by id.
-    description_keys: HashMap<String, i64>,
+    /// The key of each description version this transaction has stored or found, by id. Looked up for every
+    /// tool row, hence foldhash rather than SipHash.
+    description_keys: foldhash::HashMap<String, i64>,
     now: String,
     /// SQLite (`?` placeholders, compressed bodies, numbered here) or PostgreSQL (`$N`, text bodies, BIGSERIAL).
     sqlite: bool,
@@ -490,7 +480,7 @@ impl Writer {
         };
         Ok(Writer {
             tx,
-            description_keys: HashMap::new(),
+            description_keys: Default::default(),
             sqlite,
             now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             next_seq,
@@ -513,7 +503,7 @@ impl Writer {
     async fn write_prepared(&mut self, batch: &[Prepared]) -> Result<u64, StoreError> {
         // Description versions first: rows in `trajectory_tools` reference them by key.
         let mut new_descriptions = Vec::new();
-        let mut new_ids = HashSet::new();
+        let mut new_ids = foldhash::HashSet::default();
         for p in batch {
             for (d, _) in &p.tools {
                 if !self.description_keys.contains_key(&d.id) && new_ids.insert(d.id.as_str()) {
@@ -537,10 +527,9 @@ impl Writer {
                 .await
                 .map_err(q("storing description versions"))?;
             // Some were stored before this transaction (and kept their keys): read every key back.
-            let sql = format!(
-                "SELECT id, key FROM descriptions WHERE id IN ({})",
-                placeholders(chunk.len(), !self.sqlite)
-            );
+            let mut sql = "SELECT id, key FROM descriptions WHERE id IN (".to_string();
+            push_placeholders(&mut sql, 1, chunk.len(), !self.sqlite);
+            sql.push(')');
             let mut query = sqlx::query(&sql);
             for d in chunk {
                 query = query.bind(d.id.as_str());
