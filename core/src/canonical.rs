@@ -11,8 +11,8 @@
 use crate::ToolSpec;
 use serde::ser::{self, Serialize};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::cell::RefCell;
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// Appends the canonical JSON of `value` to `out`.
@@ -108,15 +108,16 @@ impl Ctx {
         serde_json::to_writer(&mut self.out, v)
     }
 
-    /// The raw (unescaped) text of the key written at `a..b`, for sorting.
-    fn key_text(out: &[u8], (a, b): (usize, usize)) -> Cow<'_, str> {
-        let inner = &out[a + 1..b - 1];
-        if !inner.contains(&b'\\') {
-            // serde_json wrote it from a &str, so it is UTF-8.
-            return String::from_utf8_lossy(inner);
+    /// Orders two keys written in `out` by their raw (unescaped) text, as a key-sorted map does.
+    fn key_cmp(out: &[u8], (a1, b1): (usize, usize), (a2, b2): (usize, usize)) -> Ordering {
+        let (x, y) = (&out[a1 + 1..b1 - 1], &out[a2 + 1..b2 - 1]);
+        if !x.contains(&b'\\') && !y.contains(&b'\\') {
+            // Without escapes the bytes are the text, and UTF-8 orders as its characters do; no need to decode.
+            return x.cmp(y);
         }
         // Escapes change the byte order (`\"` sorts after `#`), so compare the unescaped text.
-        Cow::Owned(serde_json::from_slice::<String>(&out[a..b]).unwrap_or_default())
+        let text = |a, b| serde_json::from_slice::<String>(&out[a..b]).unwrap_or_default();
+        text(a1, b1).cmp(&text(a2, b2))
     }
 
     /// Starts an entry of the object whose entries begin at `base`: the comma before every entry but the first.
@@ -133,13 +134,12 @@ impl Ctx {
             let out = &self.out;
             self.entries[base..]
                 .windows(2)
-                .all(|w| Ctx::key_text(out, w[0].key) <= Ctx::key_text(out, w[1].key))
+                .all(|w| Ctx::key_cmp(out, w[0].key, w[1].key) != Ordering::Greater)
         };
         if !sorted {
             {
                 let out = &self.out;
-                self.entries[base..]
-                    .sort_by(|a, b| Ctx::key_text(out, a.key).cmp(&Ctx::key_text(out, b.key)));
+                self.entries[base..].sort_by(|a, b| Ctx::key_cmp(out, a.key, b.key));
             }
             self.tmp.clear();
             self.tmp.extend_from_slice(&self.out[start..]);
