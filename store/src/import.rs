@@ -5,7 +5,7 @@
 //! turned into row values, ids and JSON body included, by the thread that parsed it), and the database writes on
 //! the async side; a bounded channel between them keeps memory flat whatever the file size.
 
-use crate::body::{StoredBody, compress};
+use crate::body::{Dictionary, StoredBody, compress, compress_with};
 use crate::{Store, StoreError, q};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -76,11 +76,15 @@ impl Store {
         let sqlite = self.backend() == crate::Backend::Sqlite;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<PreparedChunk, StoreError>>(2);
         let pool = if sqlite { parse_pool() } else { None };
+        // The transaction begins first: it knows the store's dictionary, which the readers compress with.
+        let mut writer = Writer::begin(self).await?;
+        let mut encoding = writer.encoding.clone();
+        let dictionary_key = writer.next_dictionary_key;
         let reading = tokio::task::spawn_blocking(move || {
             let mut reader = reader;
             let mut read_all = move || loop {
                 // Rows are prepared as part of the parallel parse (see `next_chunk_with`).
-                let chunk = match reader.next_chunk_with(&|t| Prepared::new(&t, sqlite)) {
+                let chunk = match reader.next_chunk_with(&|t| Prepared::new(&t, &encoding)) {
                     Ok(Some(c)) => c,
                     Ok(None) => break,
                     Err(e) => {
@@ -88,7 +92,12 @@ impl Store {
                         break;
                     }
                 };
-                let prepared = split_chunk(chunk);
+                let mut prepared = split_chunk(chunk);
+                if matches!(encoding, Encoding::Pending) {
+                    let (next, trained) = train_on(&mut prepared.valid, dictionary_key);
+                    encoding = next;
+                    prepared.trained = trained;
+                }
                 if tx.blocking_send(Ok(prepared)).is_err() {
                     // The writer gave up (a database error); stop reading.
                     break;
@@ -108,7 +117,6 @@ impl Store {
             already_present: 0,
             skipped: Vec::new(),
         };
-        let mut writer = Writer::begin(self).await?;
         let mut failed: Option<StoreError> = None;
         while let Some(chunk) = rx.recv().await {
             let chunk = match chunk {
@@ -123,6 +131,12 @@ impl Store {
             // Once a record is invalid and skipping is off, the file will be rolled back: keep reading only to
             // report every invalid record, and stop writing.
             if opts.skip_invalid || report.skipped.is_empty() {
+                if let Some(trained) = chunk.trained
+                    && let Err(e) = writer.store_dictionary(trained).await
+                {
+                    failed = Some(e);
+                    break;
+                }
                 let n = chunk.valid.len() as u64;
                 match writer.write_prepared(&chunk.valid).await {
                     Ok(added) => {
@@ -205,10 +219,84 @@ fn lower_this_threads_priority() {
 #[cfg(not(target_os = "linux"))]
 fn lower_this_threads_priority() {}
 
+/// How bodies are stored by a transaction.
+#[derive(Clone)]
+pub(crate) enum Encoding {
+    /// JSON text (PostgreSQL).
+    Text,
+    /// LZ4 (SQLite, when no dictionary could be trained).
+    Lz4,
+    /// zstd with the store's dictionary (SQLite).
+    Dictionary(Arc<Dictionary>),
+    /// Kept as canonical JSON until a dictionary is trained on them (an import's first chunk into a SQLite store
+    /// that has no dictionary yet).
+    Pending,
+}
+
+impl Encoding {
+    fn encode(&self, json: Vec<u8>) -> StoredBody {
+        match self {
+            // serde_json writes UTF-8.
+            Encoding::Text => StoredBody::Json(String::from_utf8(json).unwrap_or_default()),
+            Encoding::Lz4 => StoredBody::Compressed(compress(&json)),
+            Encoding::Dictionary(d) => StoredBody::Compressed(compress_with(&json, d)),
+            Encoding::Pending => StoredBody::Pending(json),
+        }
+    }
+}
+
+/// Bodies a dictionary is trained on, at most: a few hundred already capture what one log's bodies share (100 gave
+/// the same compression as 1,000 on the bench's), and training on 256 takes about a tenth of a second.
+const TRAINING_SAMPLES: usize = 256;
+/// Bodies a dictionary is trained on, at least: fewer would make a dictionary of one small file's quirks that
+/// every later import of the store then uses.
+const MIN_TRAINING_SAMPLES: usize = 64;
+
+/// A dictionary trained by an import, to be stored in its transaction.
+pub(crate) struct NewDictionary {
+    dictionary: Arc<Dictionary>,
+    bytes: Vec<u8>,
+    samples: usize,
+}
+
+/// Trains a dictionary with key `key` on the pending bodies of a chunk (the first [`TRAINING_SAMPLES`]), when it
+/// has at least [`MIN_TRAINING_SAMPLES`], and encodes them with it (or with LZ4 when it has too few, or zstd cannot train
+/// on them). Returns the encoding for the rest of the import and the new dictionary.
+fn train_on(valid: &mut [Prepared], key: u32) -> (Encoding, Option<NewDictionary>) {
+    let samples: Vec<&[u8]> = valid
+        .iter()
+        .filter_map(|p| match &p.body {
+            StoredBody::Pending(b) => Some(b.as_slice()),
+            _ => None,
+        })
+        .take(TRAINING_SAMPLES)
+        .collect();
+    let trained = (samples.len() >= MIN_TRAINING_SAMPLES)
+        .then(|| crate::body::train(&samples))
+        .flatten()
+        .map(|bytes| NewDictionary {
+            dictionary: Arc::new(Dictionary::new(key, &bytes)),
+            samples: samples.len(),
+            bytes,
+        });
+    let encoding = match &trained {
+        Some(n) => Encoding::Dictionary(Arc::clone(&n.dictionary)),
+        None => Encoding::Lz4,
+    };
+    valid.par_iter_mut().for_each(|p| {
+        if let StoredBody::Pending(json) = &mut p.body {
+            p.body = encoding.encode(std::mem::take(json));
+        }
+    });
+    (encoding, trained)
+}
+
 pub(crate) struct PreparedChunk {
     records: u64,
     valid: Vec<Prepared>,
     invalid: Vec<SkippedRecord>,
+    /// The dictionary the chunk's bodies were compressed with, when this chunk trained it.
+    trained: Option<NewDictionary>,
 }
 
 /// Separates a chunk's prepared rows from its invalid records.
@@ -229,17 +317,34 @@ fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
         records,
         valid,
         invalid,
+        trained: None,
     }
 }
 
 /// Does, in parallel as an import does, all the work an import does per trajectory before any SQL (ids, JSON body,
 /// its compression for SQLite, description versions) and returns the bytes prepared. For the ingest benchmark,
 /// which times the CPU side of an ingest apart from its inserts with exactly the store's code.
+/// For SQLite, the first [`TRAINING_SAMPLES`] trajectories train a body dictionary, as an import into a new store
+/// does.
 pub fn prepare_only(ts: &[Trajectory], sqlite: bool) -> usize {
-    ts.par_iter()
-        .map(|t| Prepared::new(t, sqlite))
-        .map(|p| p.id.len() + p.body.len() + p.tools.len())
-        .sum()
+    let size = |p: &Prepared| p.id.len() + p.body.len() + p.tools.len();
+    if !sqlite {
+        return ts
+            .par_iter()
+            .map(|t| size(&Prepared::new(t, &Encoding::Text)))
+            .sum();
+    }
+    let (first, rest) = ts.split_at(ts.len().min(TRAINING_SAMPLES));
+    let mut first: Vec<Prepared> = first
+        .par_iter()
+        .map(|t| Prepared::new(t, &Encoding::Pending))
+        .collect();
+    let (encoding, _) = train_on(&mut first, 1);
+    first.iter().map(size).sum::<usize>()
+        + rest
+            .par_iter()
+            .map(|t| size(&Prepared::new(t, &encoding)))
+            .sum::<usize>()
 }
 
 /// One trajectory turned into row values, ready to bind.
@@ -338,8 +443,8 @@ fn description_row(tool: &ToolSpec) -> Arc<DescriptionRow> {
 }
 
 impl Prepared {
-    /// Row values for `t`; for SQLite (`sqlite`) the body is compressed (see `body.rs`).
-    fn new(t: &Trajectory, sqlite: bool) -> Prepared {
+    /// Row values for `t`, its body encoded as `encoding` says.
+    fn new(t: &Trajectory, encoding: &Encoding) -> Prepared {
         // The body is the trajectory without its tool list, which lives in `trajectory_tools` and `descriptions`
         // so that a description is stored once. It is the canonical JSON the id is computed from, so an ingest
         // serialises each record once.
@@ -361,12 +466,7 @@ impl Prepared {
             run_id: t.links.run_id.clone(),
             candidate_id: t.links.candidate_id.clone(),
             rollout: t.links.rollout.map(i64::from),
-            body: if sqlite {
-                StoredBody::Compressed(compress(&body))
-            } else {
-                // serde_json writes UTF-8.
-                StoredBody::Json(String::from_utf8(body).unwrap_or_default())
-            },
+            body: encoding.encode(body),
             tools,
         }
     }
@@ -458,6 +558,13 @@ pub(crate) struct Writer {
     /// transaction began IMMEDIATE, holding the write lock, so no other writer gives numbers meanwhile.
     /// PostgreSQL: `None`; the column's default draws from a sequence.
     next_seq: Option<i64>,
+    /// How this transaction's bodies are stored: the store's newest dictionary if it has one (SQLite).
+    pub(crate) encoding: Encoding,
+    /// SQLite: the key a dictionary trained in this transaction gets.
+    pub(crate) next_dictionary_key: u32,
+    /// A dictionary stored by this transaction, cached in the store once it commits.
+    stored_dictionary: Option<Arc<Dictionary>>,
+    dictionaries: crate::body::Dictionaries,
 }
 
 impl Writer {
@@ -469,14 +576,26 @@ impl Writer {
             store.pool().begin().await
         }
         .map_err(q("starting a transaction"))?;
-        let next_seq = if sqlite {
+        let (next_seq, encoding, next_dictionary_key) = if sqlite {
             let n: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM trajectories")
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(q("reading the trajectory sequence"))?;
-            Some(n)
+            let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(key) FROM body_dictionaries")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(q("reading the newest compression dictionary"))?;
+            let newest = newest.and_then(|k| u32::try_from(k).ok());
+            let encoding = match newest {
+                Some(key) => match store.dictionary(&mut *tx, key).await? {
+                    Some(d) => Encoding::Dictionary(d),
+                    None => Encoding::Pending,
+                },
+                None => Encoding::Pending,
+            };
+            (Some(n), encoding, newest.map_or(1, |k| k + 1))
         } else {
-            None
+            (None, Encoding::Text, 1)
         };
         Ok(Writer {
             tx,
@@ -484,14 +603,37 @@ impl Writer {
             sqlite,
             now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             next_seq,
+            encoding,
+            next_dictionary_key,
+            stored_dictionary: None,
+            dictionaries: store.dictionaries.clone(),
         })
     }
 
+    /// Stores a dictionary this transaction's bodies were compressed with.
+    async fn store_dictionary(&mut self, trained: NewDictionary) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO body_dictionaries (key, dictionary, samples, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(i64::from(trained.dictionary.key()))
+        .bind(trained.bytes.as_slice())
+        .bind(trained.samples as i64)
+        .bind(self.now.as_str())
+        .execute(&mut *self.tx)
+        .await
+        .map_err(q("storing a compression dictionary"))?;
+        self.encoding = Encoding::Dictionary(Arc::clone(&trained.dictionary));
+        self.stored_dictionary = Some(trained.dictionary);
+        Ok(())
+    }
+
     pub(crate) async fn write(&mut self, ts: &[Trajectory]) -> Result<u64, StoreError> {
-        let prepared: Vec<Prepared> = ts
-            .par_iter()
-            .map(|t| Prepared::new(t, self.sqlite))
-            .collect();
+        // A few trajectories (a rollout, a test) train no dictionary: without one they are stored with LZ4.
+        let encoding = match &self.encoding {
+            Encoding::Pending => Encoding::Lz4,
+            e => e.clone(),
+        };
+        let prepared: Vec<Prepared> = ts.par_iter().map(|t| Prepared::new(t, &encoding)).collect();
         self.write_prepared(&prepared).await
     }
 
@@ -635,7 +777,11 @@ impl Writer {
     }
 
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        self.tx.commit().await.map_err(q("committing"))
+        self.tx.commit().await.map_err(q("committing"))?;
+        if let Some(d) = self.stored_dictionary {
+            self.dictionaries.insert(d);
+        }
+        Ok(())
     }
 
     pub(crate) async fn rollback(self) -> Result<(), StoreError> {
@@ -704,7 +850,9 @@ fn bind_trajectories<'q>(
             .bind(now);
         query = match &p.body {
             StoredBody::Json(s) => query.bind(s.as_str()),
-            StoredBody::Compressed(b) => query.bind(b.as_slice()),
+            // A pending body is compressed before its chunk reaches the writer; were one to slip through, it is
+            // the JSON itself, which reads back as a plain body.
+            StoredBody::Compressed(b) | StoredBody::Pending(b) => query.bind(b.as_slice()),
         };
         if let Some(seq) = next_seq.as_mut() {
             query = query.bind(*seq);

@@ -18,6 +18,7 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor, Row};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use tooltune_core::{DescriptionId, ToolSpec, Trajectory, TrajectoryId};
 
 /// Everything that can go wrong in the store.
@@ -101,6 +102,8 @@ pub enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// Body compression dictionaries already read or committed, by key (see `body.rs`).
+    dictionaries: body::Dictionaries,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -175,7 +178,11 @@ impl Store {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        Ok(Store { pool, backend })
+        Ok(Store {
+            pool,
+            backend,
+            dictionaries: Default::default(),
+        })
     }
 
     /// Closes every connection (waiting for those in use), e.g. before dropping a test database.
@@ -232,6 +239,32 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// The body compression dictionary stored under `key`, from the cache or else from `db`. `None` if there is
+    /// no such row.
+    pub(crate) async fn dictionary<'c, E>(
+        &self,
+        db: E,
+        key: u32,
+    ) -> Result<Option<Arc<body::Dictionary>>, StoreError>
+    where
+        E: sqlx::Executor<'c, Database = sqlx::Any>,
+    {
+        if let Some(d) = self.dictionaries.get(key) {
+            return Ok(Some(d));
+        }
+        let bytes: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT dictionary FROM body_dictionaries WHERE key = $1")
+                .bind(i64::from(key))
+                .fetch_optional(db)
+                .await
+                .map_err(q("reading a compression dictionary"))?;
+        Ok(bytes.map(|b| {
+            let d = Arc::new(body::Dictionary::new(key, &b));
+            self.dictionaries.insert(Arc::clone(&d));
+            d
+        }))
+    }
+
     /// Loads one trajectory, with its tool list rebuilt from the stored description versions.
     pub async fn trajectory(&self, id: &TrajectoryId) -> Result<Option<Trajectory>, StoreError> {
         // SQLite bodies may be compressed bytes (see `body.rs`); read them as bytes whatever their type.
@@ -252,7 +285,11 @@ impl Store {
         let mut t: Trajectory = match self.backend {
             Backend::Sqlite => {
                 let stored: Vec<u8> = row.get(0);
-                let json = body::decode(&stored).map_err(corrupt)?;
+                let dictionary = match body::codec(&stored) {
+                    body::Codec::Zstd(key) => self.dictionary(&self.pool, key).await?,
+                    _ => None,
+                };
+                let json = body::decode(&stored, dictionary.as_deref()).map_err(corrupt)?;
                 serde_json::from_slice(&json)
             }
             Backend::Postgres => serde_json::from_str(&row.get::<String, _>(0)),

@@ -588,3 +588,67 @@ async fn postgres_store_from_before_0006_keeps_its_tool_lists() {
     store_from_before_0006_keeps_its_tool_lists(&url, "postgres").await;
     let _ = drop_pg_database(&admin, &name).await;
 }
+
+/// A SQLite store trains one body dictionary, from the first import that brings enough records and inside that
+/// import's transaction; later imports and inserts compress with it, and a new handle, which has no dictionary
+/// cached, reads every body back as it was.
+#[tokio::test]
+async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_import() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = dir.path().join("t.sqlite").display().to_string();
+    let many = |prefix: &str, n: usize| -> Vec<Trajectory> {
+        (0..n)
+            .map(|i| {
+                let task = format!(
+                    "{prefix} {i}: the refund policy for order {}",
+                    i * 7919 % 1013
+                );
+                trajectory(&task, &["search_docs"], i % 3 > 0, "Search the docs.")
+            })
+            .collect()
+    };
+    let s = Store::open(&url).await.expect("open");
+    let import = |ts: String| s.import(reader(ts), "t.jsonl", ImportOptions::default(), |_| {});
+    // Too few records to train on: stored with LZ4.
+    let small = many("small", 10);
+    assert_eq!(import(jsonl(&small)).await.expect("small").added, 10);
+    // A rejected file keeps nothing, its dictionary included.
+    let mut rejected = jsonl(&many("rejected", 300));
+    rejected.push_str("\n{\"task\": 5}");
+    import(rejected).await.expect_err("rejected");
+    // The first large import trains the dictionary; the next one and a single insert reuse it.
+    let first = many("first", 300);
+    let second = many("second", 300);
+    assert_eq!(import(jsonl(&first)).await.expect("first").added, 300);
+    assert_eq!(import(jsonl(&second)).await.expect("second").added, 300);
+    let one = many("one", 1);
+    assert_eq!(s.insert(&one).await.expect("insert"), 1);
+    s.close().await;
+
+    let s = Store::open(&url).await.expect("reopen");
+    for t in [&small, &first, &second, &one].into_iter().flatten() {
+        let back = s.trajectory(&t.id()).await.expect("load").expect("present");
+        assert_eq!(&back, t);
+    }
+    s.close().await;
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("sqlite://{url}"))
+        .await
+        .expect("connect");
+    let dictionaries: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT key, samples FROM body_dictionaries")
+            .fetch_all(&pool)
+            .await
+            .expect("dictionaries");
+    assert_eq!(dictionaries, [(1, 256)]);
+    let markers: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CAST(substr(CAST(body AS BLOB), 2, 3) AS TEXT) AS m, COUNT(*) FROM trajectories \
+         GROUP BY m ORDER BY m",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("markers");
+    assert_eq!(markers, [("lz4".to_string(), 10), ("zsd".to_string(), 601)]);
+    pool.close().await;
+}
