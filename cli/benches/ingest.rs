@@ -366,12 +366,13 @@ fn wait_with_peak_rss(pid: u32) -> Result<(ExitStatus, i64)> {
 }
 
 /// Times `ChunkReader` over a file: the parse phase of an ingest without any database work; with `prepare`, also
-/// what the store computes per trajectory before any SQL (`tooltune_store::prepare_only`, the store's own code: ids,
+/// what the store computes per trajectory before any SQL (`tooltune_store::PrepareOnly`, the store's own code: ids,
 /// JSON body compressed as for SQLite, description versions), to show the ceiling the CPU side sets.
 fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> {
     let started = Instant::now();
     let mut reader = ChunkReader::open(file, FormatChoice::Fixed(format), ReadOptions::default())?;
     let mut valid = 0;
+    let mut prepare_only = tooltune_store::PrepareOnly::new(true);
     while let Some(chunk) = reader.next_chunk()? {
         let mut good = Vec::with_capacity(chunk.len());
         for p in chunk {
@@ -382,7 +383,7 @@ fn parse_only(file: &Path, format: Format, prepare: bool) -> Result<(f64, u64)> 
         }
         valid += good.len() as u64;
         if prepare {
-            let bytes = tooltune_store::prepare_only(&good, true);
+            let bytes = prepare_only.chunk(&good);
             std::hint::black_box(bytes);
         }
     }

@@ -322,29 +322,39 @@ fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
 }
 
 /// Does, in parallel as an import does, all the work an import does per trajectory before any SQL (ids, JSON body,
-/// its compression for SQLite, description versions) and returns the bytes prepared. For the ingest benchmark,
-/// which times the CPU side of an ingest apart from its inserts with exactly the store's code.
-/// For SQLite, the first [`TRAINING_SAMPLES`] trajectories train a body dictionary, as an import into a new store
-/// does.
-pub fn prepare_only(ts: &[Trajectory], sqlite: bool) -> usize {
-    let size = |p: &Prepared| p.id.len() + p.body.len() + p.tools.len();
-    if !sqlite {
-        return ts
-            .par_iter()
-            .map(|t| size(&Prepared::new(t, &Encoding::Text)))
-            .sum();
+/// its compression for SQLite, description versions), chunk by chunk, and returns the bytes prepared. For the
+/// ingest benchmark, which times the CPU side of an ingest apart from its inserts with exactly the store's code.
+pub struct PrepareOnly {
+    encoding: Encoding,
+}
+
+impl PrepareOnly {
+    /// Prepares as for SQLite (`sqlite`: bodies compressed, the first chunk training the dictionary, as in an
+    /// import into a new store) or for PostgreSQL (JSON text).
+    pub fn new(sqlite: bool) -> PrepareOnly {
+        PrepareOnly {
+            encoding: if sqlite {
+                Encoding::Pending
+            } else {
+                Encoding::Text
+            },
+        }
     }
-    let (first, rest) = ts.split_at(ts.len().min(TRAINING_SAMPLES));
-    let mut first: Vec<Prepared> = first
-        .par_iter()
-        .map(|t| Prepared::new(t, &Encoding::Pending))
-        .collect();
-    let (encoding, _) = train_on(&mut first, 1);
-    first.iter().map(size).sum::<usize>()
-        + rest
+
+    /// Prepares one chunk; returns the bytes prepared.
+    pub fn chunk(&mut self, ts: &[Trajectory]) -> usize {
+        let mut prepared: Vec<Prepared> = ts
             .par_iter()
-            .map(|t| size(&Prepared::new(t, &encoding)))
-            .sum::<usize>()
+            .map(|t| Prepared::new(t, &self.encoding))
+            .collect();
+        if matches!(self.encoding, Encoding::Pending) {
+            self.encoding = train_on(&mut prepared, 1).0;
+        }
+        prepared
+            .iter()
+            .map(|p| p.id.len() + p.body.len() + p.tools.len())
+            .sum()
+    }
 }
 
 /// One trajectory turned into row values, ready to bind.

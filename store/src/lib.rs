@@ -10,7 +10,7 @@ mod import;
 mod runs;
 mod stats;
 
-pub use import::{ImportOptions, ImportProgress, ImportReport, SkippedRecord, prepare_only};
+pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
 pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;
 
