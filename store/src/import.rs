@@ -260,8 +260,8 @@ pub(crate) struct NewDictionary {
 }
 
 /// Trains a dictionary with key `key` on the pending bodies of a chunk (the first [`TRAINING_SAMPLES`]), when it
-/// has at least [`MIN_TRAINING_SAMPLES`], and encodes them with it (or with LZ4 when it has too few, or zstd cannot train
-/// on them). Returns the encoding for the rest of the import and the new dictionary.
+/// has at least [`MIN_TRAINING_SAMPLES`], and encodes them with it (or with LZ4 when it has too few, or zstd
+/// cannot train on them). Returns the encoding for the rest of the import and the new dictionary.
 fn train_on(valid: &mut [Prepared], key: u32) -> (Encoding, Option<NewDictionary>) {
     let samples: Vec<&[u8]> = valid
         .iter()
