@@ -7,8 +7,9 @@
 //! most of their text (the system prompt, the step and field names, the phrasing of a task template), which a
 //! lone 3 KB body cannot exploit but a dictionary trained on a few hundred of them can: zstd (level 1) with a
 //! 16 KiB dictionary keeps a bench body in 760 bytes against LZ4's 2,000, at 12-17 µs a body against LZ4's 9.
-//! Measured end to end on 200,000 trajectories: the database 499 to 230 MB, the commit 2.9 to 1.4 s, the import
-//! about 5% faster in all (the extra compression time is spent on the parsing threads, in parallel).
+//! Measured end to end on 200,000 trajectories: the database 499 to 230 MB, the commit 2.9 to 1.4 s; the import
+//! 3.5% faster for tooltune records and 12% for OTLP (the extra compression time is spent on the parsing threads,
+//! in parallel, and the SQLite thread writes half the bytes).
 //!
 //! A store trains its dictionary once, from the first import that brings enough records (see `import.rs`), keeps
 //! it in `body_dictionaries`, and compresses every later body with it; a body names its dictionary by key, so a
@@ -30,7 +31,7 @@ const ZSTD: &[u8] = b"\0zsd";
 /// The zstd level: 1 is the fastest of the regular levels, and with a dictionary it already finds most matches.
 const LEVEL: i32 = 1;
 /// Dictionary size: 8 and 64 KiB compressed bench bodies within 2% of 16 KiB.
-pub(crate) const DICTIONARY_BYTES: usize = 16 * 1024;
+const DICTIONARY_BYTES: usize = 16 * 1024;
 /// The largest body a stored length may claim: far above any record an ingest accepts (64 MiB), and a bound on
 /// the buffer a damaged length could make a reader allocate.
 const MAX_BODY: usize = 1 << 30;
@@ -178,18 +179,21 @@ pub(crate) enum Codec {
     Plain,
     /// An LZ4 block.
     Lz4,
-    /// A zstd frame made with the dictionary of this key.
-    Zstd(u32),
+    /// A zstd frame made with the dictionary of this key (`None`: the body is cut short before its key).
+    Zstd(Option<u32>),
+}
+
+/// The little-endian u32 at the start of `bytes`, if there are four.
+fn le_u32(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
 /// Which codec a stored body needs, so that the caller can fetch a dictionary before [`decode`].
 pub(crate) fn codec(stored: &[u8]) -> Codec {
     if stored.starts_with(LZ4) {
         Codec::Lz4
-    } else if let Some(rest) = stored.strip_prefix(ZSTD)
-        && let Some(key) = rest.get(..4)
-    {
-        Codec::Zstd(u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
+    } else if let Some(rest) = stored.strip_prefix(ZSTD) {
+        Codec::Zstd(le_u32(rest))
     } else {
         Codec::Plain
     }
@@ -205,15 +209,14 @@ pub(crate) fn decode<'a>(
         Codec::Lz4 => lz4_flex::block::decompress_size_prepended(&stored[LZ4.len()..])
             .map(Cow::Owned)
             .map_err(|e| format!("the compressed body does not decompress: {e}")),
-        Codec::Zstd(key) => {
+        Codec::Zstd(None) => Err("the compressed body is cut short".to_string()),
+        Codec::Zstd(Some(key)) => {
             let dictionary = dictionary.filter(|d| d.key == key).ok_or_else(|| {
                 format!("the body needs compression dictionary {key}, which the store lacks")
             })?;
             let rest = &stored[ZSTD.len() + 4..];
-            let (len, frame) = rest
-                .split_at_checked(4)
-                .ok_or("the compressed body is cut short")?;
-            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let len = le_u32(rest).ok_or("the compressed body is cut short")? as usize;
+            let frame = &rest[4..];
             if len > MAX_BODY {
                 return Err(format!("the compressed body claims {len} bytes"));
             }
@@ -294,7 +297,7 @@ mod tests {
         let dictionary = trained(7);
         let json = &bodies(301)[300];
         let stored = compress_with(json, &dictionary);
-        assert!(matches!(codec(&stored), Codec::Zstd(7)));
+        assert!(matches!(codec(&stored), Codec::Zstd(Some(7))));
         assert!(
             stored.len() < compress(json).len(),
             "the dictionary must beat LZ4 on a body like its samples"
@@ -318,7 +321,13 @@ mod tests {
     fn a_damaged_zstd_body_is_an_error_not_garbage() {
         let dictionary = trained(1);
         let stored = compress_with(&bodies(1)[0], &dictionary);
-        for cut in [1, 5, stored.len() - ZSTD.len() - 6] {
+        // Cut inside the frame, inside the claimed length, and inside the key.
+        for cut in [
+            1,
+            5,
+            stored.len() - ZSTD.len() - 6,
+            stored.len() - ZSTD.len() - 2,
+        ] {
             let short = &stored[..stored.len() - cut];
             assert!(decode(short, Some(&dictionary)).is_err(), "cut by {cut}");
         }

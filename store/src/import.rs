@@ -221,7 +221,7 @@ fn lower_this_threads_priority() {}
 
 /// How bodies are stored by a transaction.
 #[derive(Clone)]
-pub(crate) enum Encoding {
+enum Encoding {
     /// JSON text (PostgreSQL).
     Text,
     /// LZ4 (SQLite, when no dictionary could be trained).
@@ -253,7 +253,7 @@ const TRAINING_SAMPLES: usize = 256;
 const MIN_TRAINING_SAMPLES: usize = 64;
 
 /// A dictionary trained by an import, to be stored in its transaction.
-pub(crate) struct NewDictionary {
+struct NewDictionary {
     dictionary: Arc<Dictionary>,
     bytes: Vec<u8>,
     samples: usize,
@@ -569,9 +569,9 @@ pub(crate) struct Writer {
     /// PostgreSQL: `None`; the column's default draws from a sequence.
     next_seq: Option<i64>,
     /// How this transaction's bodies are stored: the store's newest dictionary if it has one (SQLite).
-    pub(crate) encoding: Encoding,
+    encoding: Encoding,
     /// SQLite: the key a dictionary trained in this transaction gets.
-    pub(crate) next_dictionary_key: u32,
+    next_dictionary_key: u32,
     /// A dictionary stored by this transaction, cached in the store once it commits.
     stored_dictionary: Option<Arc<Dictionary>>,
     dictionaries: crate::body::Dictionaries,

@@ -286,7 +286,7 @@ impl Store {
             Backend::Sqlite => {
                 let stored: Vec<u8> = row.get(0);
                 let dictionary = match body::codec(&stored) {
-                    body::Codec::Zstd(key) => self.dictionary(&self.pool, key).await?,
+                    body::Codec::Zstd(Some(key)) => self.dictionary(&self.pool, key).await?,
                     _ => None,
                 };
                 let json = body::decode(&stored, dictionary.as_deref()).map_err(corrupt)?;
