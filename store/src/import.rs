@@ -78,6 +78,11 @@ impl Store {
         let pool = if sqlite { parse_pool() } else { None };
         // The transaction begins first: it knows the store's dictionary, which the readers compress with.
         let mut writer = Writer::begin(self).await?;
+        // Until this function returns, commit included.
+        let _writeback = self
+            .sqlite_file
+            .as_deref()
+            .and_then(crate::writeback::Writeback::start);
         let mut encoding = writer.encoding.clone();
         let dictionary_key = writer.next_dictionary_key;
         let reading = tokio::task::spawn_blocking(move || {

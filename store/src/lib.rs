@@ -9,6 +9,7 @@ mod body;
 mod import;
 mod runs;
 mod stats;
+mod writeback;
 
 pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
 pub use runs::{RolloutRow, RunRow};
@@ -104,6 +105,8 @@ pub struct Store {
     backend: Backend,
     /// Body compression dictionaries already read or committed, by key (see `body.rs`).
     dictionaries: body::Dictionaries,
+    /// The SQLite database file, whose disk writes a large import starts early (see `writeback.rs`).
+    sqlite_file: Option<Arc<Path>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -178,10 +181,15 @@ impl Store {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
+        let sqlite_file = match backend {
+            Backend::Sqlite => sqlite_path(&url).map(|p| Arc::from(Path::new(p))),
+            Backend::Postgres => None,
+        };
         Ok(Store {
             pool,
             backend,
             dictionaries: Default::default(),
+            sqlite_file,
         })
     }
 
