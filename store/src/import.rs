@@ -3,7 +3,8 @@
 //!
 //! Reading and parsing run on a blocking thread (parsing fans out with rayon inside the reader, and each record is
 //! turned into row values, ids and JSON body included, by the thread that parsed it), and the database writes on
-//! the async side; a bounded channel between them keeps memory flat whatever the file size.
+//! the async side (a SQLite file: on a thread of its own, see `import/sqlite.rs`); a bounded channel between them
+//! keeps memory flat whatever the file size.
 
 use crate::body::{Dictionary, StoredBody, compress, compress_with};
 use crate::{Store, StoreError, q};
@@ -18,6 +19,8 @@ use std::io::BufRead;
 use std::sync::{Arc, OnceLock};
 use tooltune_core::{DescriptionId, ToolSpec, Trajectory, canonical_json};
 use tooltune_ingest::{ChunkReader, Format};
+
+mod sqlite;
 
 /// How an import treats invalid records.
 #[derive(Debug, Clone, Copy, Default)]
@@ -77,14 +80,24 @@ impl Store {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<PreparedChunk, StoreError>>(2);
         let pool = if sqlite { parse_pool() } else { None };
         // The transaction begins first: it knows the store's dictionary, which the readers compress with.
-        let mut writer = Writer::begin(self).await?;
+        // A SQLite file is written through SQLite's C API (see `import/sqlite.rs`).
+        let sqlite_writer = match self.sqlite_file.as_deref() {
+            Some(path) => {
+                sqlite::SqliteWriter::begin(path, self.dictionaries.clone(), now_text()).await?
+            }
+            None => None,
+        };
+        let mut writer = match sqlite_writer {
+            Some(w) => ImportWriter::Sqlite(w),
+            None => ImportWriter::Any(Writer::begin(self).await?),
+        };
         // Until this function returns, commit included.
         let _writeback = self
             .sqlite_file
             .as_deref()
             .and_then(crate::writeback::Writeback::start);
-        let mut encoding = writer.encoding.clone();
-        let dictionary_key = writer.next_dictionary_key;
+        let mut encoding = writer.encoding();
+        let dictionary_key = writer.next_dictionary_key();
         let reading = tokio::task::spawn_blocking(move || {
             let mut reader = reader;
             let mut read_all = move || loop {
@@ -143,7 +156,7 @@ impl Store {
                     break;
                 }
                 let n = chunk.valid.len() as u64;
-                match writer.write_prepared(&chunk.valid).await {
+                match writer.write_prepared(chunk.valid).await {
                     Ok(added) => {
                         report.added += added;
                         report.already_present += n - added;
@@ -560,6 +573,61 @@ const TRAJECTORY_BATCH: usize = 500;
 const TOOL_BATCH: usize = 2000;
 const DESCRIPTION_BATCH: usize = 500;
 
+/// The time an import's rows are stamped with (`ingested_at`, `first_seen_at`).
+fn now_text() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// An import's transaction: on its own thread through SQLite's C API for a SQLite file, through sqlx otherwise.
+enum ImportWriter {
+    Any(Writer),
+    Sqlite(sqlite::SqliteWriter),
+}
+
+impl ImportWriter {
+    fn encoding(&self) -> Encoding {
+        match self {
+            ImportWriter::Any(w) => w.encoding.clone(),
+            ImportWriter::Sqlite(w) => w.encoding.clone(),
+        }
+    }
+
+    fn next_dictionary_key(&self) -> u32 {
+        match self {
+            ImportWriter::Any(w) => w.next_dictionary_key,
+            ImportWriter::Sqlite(w) => w.next_dictionary_key,
+        }
+    }
+
+    async fn store_dictionary(&mut self, trained: NewDictionary) -> Result<(), StoreError> {
+        match self {
+            ImportWriter::Any(w) => w.store_dictionary(trained).await,
+            ImportWriter::Sqlite(w) => w.store_dictionary(trained).await,
+        }
+    }
+
+    async fn write_prepared(&mut self, batch: Vec<Prepared>) -> Result<u64, StoreError> {
+        match self {
+            ImportWriter::Any(w) => w.write_prepared(&batch).await,
+            ImportWriter::Sqlite(w) => w.write_prepared(batch).await,
+        }
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            ImportWriter::Any(w) => w.commit().await,
+            ImportWriter::Sqlite(w) => w.commit().await,
+        }
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        match self {
+            ImportWriter::Any(w) => w.rollback().await,
+            ImportWriter::Sqlite(w) => w.rollback().await,
+        }
+    }
+}
+
 /// A transaction that trajectories are written into.
 pub(crate) struct Writer {
     tx: Transaction<'static, Any>,
@@ -616,7 +684,7 @@ impl Writer {
             tx,
             description_keys: Default::default(),
             sqlite,
-            now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            now: now_text(),
             next_seq,
             encoding,
             next_dictionary_key,

@@ -1,7 +1,8 @@
 //! The trace store: trajectories and content-addressed description versions in SQLite (default) or PostgreSQL.
 //!
 //! This is the only crate that knows SQL. It talks to both databases through sqlx's `Any` driver with one set of
-//! queries, so the two backends cannot drift apart; the schema lives in `migrations/{sqlite,postgres}` and is
+//! queries, so the two backends cannot drift apart (except an import into a SQLite file, which writes through
+//! SQLite's C API: see `import/sqlite.rs`); the schema lives in `migrations/{sqlite,postgres}` and is
 //! applied on open. The store knows nothing about trace file formats beyond asking `tooltune-ingest` for parsed
 //! chunks, and nothing about MCP or models.
 
@@ -67,6 +68,14 @@ pub enum StoreError {
         /// What was looked for.
         what: String,
     },
+    /// A call of SQLite's C API failed (an import into a SQLite file writes through it).
+    #[error("trace store query failed while {doing}: {message}")]
+    Sqlite {
+        /// What the store was doing.
+        doing: &'static str,
+        /// SQLite's message and code.
+        message: String,
+    },
     /// A stored row could not be turned back into a trajectory.
     #[error("stored trajectory {id} is corrupt: {message}")]
     Corrupt {
@@ -108,6 +117,12 @@ pub struct Store {
     /// The SQLite database file, whose disk writes a large import starts early (see `writeback.rs`).
     sqlite_file: Option<Arc<Path>>,
 }
+
+/// How every SQLite connection is set up: the pool's (see `Store::open` for why each) and an import's own.
+const SQLITE_PRAGMAS: &str = "PRAGMA page_size = 16384; \
+    PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+    PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+    PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -159,13 +174,7 @@ impl Store {
             // are read, so an idle reader costs nothing; peak RSS of that import rose from 125 to 145 MB.
             opts = opts.after_connect(|conn, _| {
                 Box::pin(async move {
-                    conn.execute(
-                        "PRAGMA page_size = 16384; \
-                         PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                         PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
-                         PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;",
-                    )
-                    .await?;
+                    conn.execute(SQLITE_PRAGMAS).await?;
                     Ok(())
                 })
             });

@@ -652,3 +652,74 @@ async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_i
     assert_eq!(markers, [("lz4".to_string(), 10), ("zsd".to_string(), 601)]);
     pool.close().await;
 }
+
+/// A SQLite import writes its rows through SQLite's C API, `Store::insert` (and PostgreSQL) through sqlx: the
+/// same trajectories must come out as the same rows either way.
+#[tokio::test]
+async fn sqlite_import_writes_the_rows_insert_writes() {
+    let mut ts = sample();
+    let mut linked = trajectory("a rollout", &["web_search"], true, "Search internal docs.");
+    linked.outcome.score = Some(0.75);
+    linked.outcome.success = None;
+    linked.meta.model = Some("qwen2.5-1.5b".into());
+    linked.meta.client = Some("tooltune-evaluator".into());
+    linked.meta.external_id = Some("ext-7".into());
+    linked.meta.started_at = Some("2026-12-02T07:00:00.000Z".into());
+    linked.links.run_id = Some("run-1".into());
+    linked.links.candidate_id = Some("cand-2".into());
+    linked.links.rollout = Some(3);
+    ts.push(linked);
+    let mut file = ts.clone();
+    // A record twice in one file is stored once, with one tool list.
+    file.push(ts[0].clone());
+
+    let (a, b) = (sqlite().await, sqlite().await);
+    let report = a
+        .store
+        .import(
+            reader(jsonl(&file)),
+            "t.jsonl",
+            ImportOptions::default(),
+            |_| {},
+        )
+        .await
+        .expect("import");
+    assert_eq!((report.added, report.already_present), (6, 1));
+    assert_eq!(b.store.insert(&ts).await.expect("insert"), 6);
+
+    async fn rows(db: &TestDb) -> Vec<String> {
+        let dir = db._dir.as_ref().expect("a SQLite store");
+        let url = format!("sqlite://{}", dir.path().join("t.sqlite").display());
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("connect");
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT json_array(t.id, t.source, t.score, t.success, t.model, t.client, t.external_id, \
+             t.started_at, t.run_id, t.candidate_id, t.rollout, tt.position, d.id, d.tool, d.description, \
+             d.input_schema, tt.calls) \
+             FROM trajectories t LEFT JOIN trajectory_tools tt ON tt.trajectory_seq = t.seq \
+             LEFT JOIN descriptions d ON d.key = tt.description_key ORDER BY t.id, tt.position",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        pool.close().await;
+        rows
+    }
+    let (from_import, from_insert) = (rows(&a).await, rows(&b).await);
+    assert_eq!(from_import.len(), 6 * 2, "two tools each");
+    assert_eq!(from_import, from_insert);
+    for t in &ts {
+        let back = a
+            .store
+            .trajectory(&t.id())
+            .await
+            .expect("load")
+            .expect("present");
+        assert_eq!(&back, t);
+    }
+    a.finish().await;
+    b.finish().await;
+}
