@@ -54,25 +54,26 @@ struct CachedTool {
     json: Box<[u8]>,
 }
 
-/// Appends the canonical JSON of `tool` to `out`, from this thread's cache when the same tool (same name and
-/// description, same shared schema) was written before.
-pub(crate) fn write_tool(tool: &ToolSpec, out: &mut Vec<u8>) {
+/// Hands the canonical JSON of `tool` to `use_json`, from this thread's cache when the same tool (same name and
+/// description, same shared schema) was written before. (The id hashes it where it lies in the cache, rather than
+/// copying it out first.)
+pub(crate) fn with_tool_json(tool: &ToolSpec, use_json: impl FnOnce(&[u8])) {
     let key = Arc::as_ptr(&tool.input_schema) as usize;
-    let hit = TOOLS.with_borrow(|cache| {
+    let mut use_json = Some(use_json);
+    TOOLS.with_borrow(|cache| {
         let found = cache.by_schema.get(&key)?.iter().find(|c| {
             Arc::ptr_eq(&c.schema, &tool.input_schema)
                 && c.name == tool.name
                 && c.description == tool.description
         })?;
-        out.extend_from_slice(&found.json);
+        use_json.take()?(&found.json);
         Some(())
     });
-    if hit.is_some() {
-        return;
-    }
-    let start = out.len();
+    let Some(use_json) = use_json else { return };
+    let mut json = Vec::with_capacity(256);
     // A tool is a name, a text and a `Value`: writing it cannot fail.
-    let _ = write_canonical(tool, out);
+    let _ = write_canonical(tool, &mut json);
+    use_json(&json);
     TOOLS.with_borrow_mut(|cache| {
         if cache.len >= TOOLS_LIMIT {
             *cache = ToolCache::default();
@@ -82,7 +83,7 @@ pub(crate) fn write_tool(tool: &ToolSpec, out: &mut Vec<u8>) {
             schema: Arc::clone(&tool.input_schema),
             name: tool.name.clone(),
             description: tool.description.clone(),
-            json: out[start..].into(),
+            json: json.into(),
         });
     });
 }

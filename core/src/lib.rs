@@ -494,19 +494,17 @@ impl Trajectory {
         let _ = canonical::write_canonical(&WithoutTools::of(self), &mut body);
         // `tools` sorts after every other field name, so the record's canonical JSON is this object with the
         // tool list appended as its last entry. The object is never empty (`task` is always written).
-        let mut tools = Vec::with_capacity(64 * self.tools.len() + 16);
-        tools.extend_from_slice(b",\"tools\":[");
-        for (i, tool) in self.tools.iter().enumerate() {
-            if i > 0 {
-                tools.push(b',');
-            }
-            canonical::write_tool(tool, &mut tools);
-        }
-        tools.extend_from_slice(b"]}");
         let mut h = Sha256::new();
         h.update(b"tooltune-trajectory-v1\0");
         h.update(&body[..body.len() - 1]);
-        h.update(&tools);
+        h.update(b",\"tools\":[");
+        for (i, tool) in self.tools.iter().enumerate() {
+            if i > 0 {
+                h.update(b",");
+            }
+            canonical::with_tool_json(tool, |json| h.update(json));
+        }
+        h.update(b"]}");
         (TrajectoryId(hex::encode(h.finalize())), body)
     }
 
