@@ -723,3 +723,42 @@ async fn sqlite_import_writes_the_rows_insert_writes() {
     a.finish().await;
     b.finish().await;
 }
+
+/// A statement SQLite refuses mid-import (here a trigger that rolls the whole transaction back, as a full disk
+/// would) fails the import with SQLite's reason and leaves the store as it was.
+#[tokio::test]
+async fn sqlite_import_refused_by_the_database_keeps_nothing_and_says_why() {
+    let db = sqlite().await;
+    let dir = db._dir.as_ref().expect("a SQLite store");
+    let url = format!("sqlite://{}", dir.path().join("t.sqlite").display());
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query(
+        "CREATE TRIGGER refuse BEFORE INSERT ON trajectories WHEN NEW.source = 'refused' \
+         BEGIN SELECT RAISE(ROLLBACK, 'refused by the test trigger'); END",
+    )
+    .execute(&pool)
+    .await
+    .expect("trigger");
+    pool.close().await;
+
+    let mut ts = sample();
+    ts[2].meta.source = "refused".into();
+    let e = db
+        .store
+        .import(
+            reader(jsonl(&ts)),
+            "t.jsonl",
+            ImportOptions::default(),
+            |_| {},
+        )
+        .await
+        .expect_err("the trigger refuses the third record");
+    assert!(e.to_string().contains("refused by the test trigger"), "{e}");
+    assert_eq!(db.store.count_trajectories().await.expect("count"), 0);
+    assert_eq!(db.store.count_descriptions().await.expect("count"), 0);
+    db.finish().await;
+}

@@ -338,8 +338,12 @@ impl Tx {
                 self.dictionaries.insert(d);
             }
             Ok(())
-        } else {
+        } else if self.db.in_transaction() {
             self.db.exec("ROLLBACK", "rolling back")
+        } else {
+            // SQLite rolls back by itself on some errors (a full disk, an I/O error); a second ROLLBACK would
+            // fail and hide the error that caused the first.
+            Ok(())
         }
     }
 }
@@ -482,6 +486,12 @@ mod ffi {
                 stmt,
                 values: PhantomData,
             })
+        }
+
+        /// Whether a transaction is open (SQLite leaves autocommit mode when one begins).
+        pub(super) fn in_transaction(&self) -> bool {
+            // SAFETY: a live handle; reads a flag.
+            unsafe { sys::sqlite3_get_autocommit(self.db.as_ptr()) == 0 }
         }
 
         /// Rows the last completed INSERT changed: 0 when `OR IGNORE` skipped the row.
