@@ -1,12 +1,13 @@
 //! Starts the disk writes of a large SQLite import while it runs, so that its commit does not wait for all of them.
 //!
 //! An import is one transaction. SQLite (WAL mode, `synchronous = NORMAL`) writes its pages to the WAL file as its
-//! page cache spills, and the kernel keeps them in memory: on a machine with a few GB of RAM, nothing reaches the
-//! disk before the commit's checkpoint calls `fsync`. That checkpoint then waited for the whole WAL (230 MB for
+//! page cache spills, and the kernel keeps them in memory (by default it starts writing back only when a tenth of
+//! the RAM is dirty: 2.4 GB on the 24 GB bench machine), so nothing reached the disk before the commit's
+//! checkpoint called `fsync`. That checkpoint then waited for the whole WAL (230 MB for
 //! 200,000 bench trajectories; 0.6 s), copied it into the database file, and waited for that too (0.4 s), with
 //! both cores idle. Asking the kernel to start writing back every few hundred milliseconds
 //! (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which returns without waiting) moves that writing under the
-//! import's parsing: the commit of 200,000 trajectories went from 1.3-1.6 s to 0.8-0.9 s, with no slower
+//! import's parsing: the commit of 200,000 trajectories went from 1.3-1.7 s to 0.8-1.1 s, with no slower
 //! import before it.
 //!
 //! It promises nothing about durability (that stays SQLite's `fsync`), so every error is ignored: a file that
