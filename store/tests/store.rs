@@ -15,6 +15,29 @@ struct TestDb {
 }
 
 impl TestDb {
+    /// Imports `ts` as one tooltune JSONL file.
+    async fn import(&self, ts: &[Trajectory]) -> Result<tooltune_store::ImportReport, StoreError> {
+        self.store
+            .import(
+                reader(jsonl(ts)),
+                "t.jsonl",
+                ImportOptions::default(),
+                |_| {},
+            )
+            .await
+    }
+
+    /// A connection of the test's own to its SQLite file, to look at or change the tables directly.
+    async fn sqlite_pool(&self) -> sqlx::AnyPool {
+        let dir = self._dir.as_ref().expect("a SQLite store");
+        let url = format!("sqlite://{}", dir.path().join("t.sqlite").display());
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("connect")
+    }
+
     async fn finish(self) {
         self.store.close().await;
         if let Some((admin, name)) = self.pg_admin {
@@ -674,27 +697,12 @@ async fn sqlite_import_writes_the_rows_insert_writes() {
     file.push(ts[0].clone());
 
     let (a, b) = (sqlite().await, sqlite().await);
-    let report = a
-        .store
-        .import(
-            reader(jsonl(&file)),
-            "t.jsonl",
-            ImportOptions::default(),
-            |_| {},
-        )
-        .await
-        .expect("import");
+    let report = a.import(&file).await.expect("import");
     assert_eq!((report.added, report.already_present), (6, 1));
     assert_eq!(b.store.insert(&ts).await.expect("insert"), 6);
 
     async fn rows(db: &TestDb) -> Vec<String> {
-        let dir = db._dir.as_ref().expect("a SQLite store");
-        let url = format!("sqlite://{}", dir.path().join("t.sqlite").display());
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .expect("connect");
+        let pool = db.sqlite_pool().await;
         let rows: Vec<String> = sqlx::query_scalar(
             "SELECT json_array(t.id, t.source, t.score, t.success, t.model, t.client, t.external_id, \
              t.started_at, t.run_id, t.candidate_id, t.rollout, tt.position, d.id, d.tool, d.description, \
@@ -729,13 +737,7 @@ async fn sqlite_import_writes_the_rows_insert_writes() {
 #[tokio::test]
 async fn sqlite_import_refused_by_the_database_keeps_nothing_and_says_why() {
     let db = sqlite().await;
-    let dir = db._dir.as_ref().expect("a SQLite store");
-    let url = format!("sqlite://{}", dir.path().join("t.sqlite").display());
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .expect("connect");
+    let pool = db.sqlite_pool().await;
     sqlx::query(
         "CREATE TRIGGER refuse BEFORE INSERT ON trajectories WHEN NEW.source = 'refused' \
          BEGIN SELECT RAISE(ROLLBACK, 'refused by the test trigger'); END",
@@ -748,13 +750,7 @@ async fn sqlite_import_refused_by_the_database_keeps_nothing_and_says_why() {
     let mut ts = sample();
     ts[2].meta.source = "refused".into();
     let e = db
-        .store
-        .import(
-            reader(jsonl(&ts)),
-            "t.jsonl",
-            ImportOptions::default(),
-            |_| {},
-        )
+        .import(&ts)
         .await
         .expect_err("the trigger refuses the third record");
     assert!(e.to_string().contains("refused by the test trigger"), "{e}");

@@ -358,6 +358,13 @@ mod ffi {
     use std::path::Path;
     use std::ptr::{self, NonNull};
 
+    fn failure(doing: &'static str, message: &str) -> StoreError {
+        StoreError::Sqlite {
+            doing,
+            message: message.to_string(),
+        }
+    }
+
     /// A value to bind, borrowed: SQLite reads text and blobs where they are.
     #[derive(Clone, Copy)]
     pub(super) enum Val<'v> {
@@ -381,12 +388,8 @@ mod ffi {
 
     impl Conn {
         pub(super) fn open(path: &Path) -> Result<Conn, StoreError> {
-            let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
-                StoreError::Sqlite {
-                    doing: "opening the database",
-                    message: "the path holds a NUL byte".into(),
-                }
-            })?;
+            let name = CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| failure("opening the database", "the path holds a NUL byte"))?;
             let mut db = ptr::null_mut();
             // SAFETY: `name` is a NUL-terminated string that outlives the call; `db` receives a handle (or
             // null when out of memory) that we own from here on, even when the call fails.
@@ -399,10 +402,7 @@ mod ffi {
                 )
             };
             let Some(db) = NonNull::new(db) else {
-                return Err(StoreError::Sqlite {
-                    doing: "opening the database",
-                    message: "out of memory".into(),
-                });
+                return Err(failure("opening the database", "out of memory"));
             };
             let conn = Conn { db };
             if rc != sys::SQLITE_OK {
@@ -434,10 +434,7 @@ mod ffi {
 
         /// Runs SQL statements that return no rows (or whose rows are not needed).
         pub(super) fn exec(&self, sql: &str, doing: &'static str) -> Result<(), StoreError> {
-            let sql = CString::new(sql).map_err(|_| StoreError::Sqlite {
-                doing,
-                message: "the SQL holds a NUL byte".into(),
-            })?;
+            let sql = CString::new(sql).map_err(|_| failure(doing, "the SQL holds a NUL byte"))?;
             // SAFETY: a live handle and a NUL-terminated string that outlives the call; no callback, so no
             // callback argument and no error message to free.
             let rc = unsafe {
@@ -458,10 +455,8 @@ mod ffi {
 
         /// Prepares one statement. The values bound to it must live as long as it does (`'v`).
         pub(super) fn prepare<'v>(&self, sql: &str) -> Result<Stmt<'_, 'v>, StoreError> {
-            let len = c_int::try_from(sql.len()).map_err(|_| StoreError::Sqlite {
-                doing: "preparing a statement",
-                message: "the SQL is too long".into(),
-            })?;
+            let len = c_int::try_from(sql.len())
+                .map_err(|_| failure("preparing a statement", "the SQL is too long"))?;
             let mut stmt = ptr::null_mut();
             // SAFETY: a live handle; `sql` is read for `len` bytes during the call only (the statement keeps
             // its own copy); `stmt` receives a statement we own, or null on error or for empty SQL.
@@ -477,10 +472,8 @@ mod ffi {
             if rc != sys::SQLITE_OK {
                 return Err(self.error("preparing a statement"));
             }
-            let stmt = NonNull::new(stmt).ok_or_else(|| StoreError::Sqlite {
-                doing: "preparing a statement",
-                message: "the SQL holds no statement".into(),
-            })?;
+            let stmt = NonNull::new(stmt)
+                .ok_or_else(|| failure("preparing a statement", "the SQL holds no statement"))?;
             Ok(Stmt {
                 conn: self,
                 stmt,
@@ -585,24 +578,36 @@ mod ffi {
             stepped.map(|_| ())
         }
 
+        /// Runs the statement with `values` and reads the first row with `read`; `None` when there is no row.
+        fn query_one<T>(
+            &mut self,
+            values: &[Val<'v>],
+            doing: &'static str,
+            read: impl FnOnce(&Self) -> Option<T>,
+        ) -> Result<Option<T>, StoreError> {
+            self.bind(values, doing)?;
+            let value = self
+                .step(doing)
+                .map(|row| if row { read(self) } else { None });
+            self.reset();
+            value
+        }
+
         /// The first column of the first row as an integer; `None` when there is no row or it is NULL.
         pub(super) fn query_i64(
             &mut self,
             values: &[Val<'v>],
             doing: &'static str,
         ) -> Result<Option<i64>, StoreError> {
-            self.bind(values, doing)?;
-            let value = self.step(doing).map(|row| {
-                // SAFETY: a live statement positioned on a row; column 0 exists in every query we run.
-                row.then(|| unsafe {
-                    let s = self.stmt.as_ptr();
+            self.query_one(values, doing, |st| {
+                // SAFETY: a live statement positioned on a row (`query_one` reads only then); column 0 exists
+                // in every query we run.
+                unsafe {
+                    let s = st.stmt.as_ptr();
                     (sys::sqlite3_column_type(s, 0) != sys::SQLITE_NULL)
                         .then(|| sys::sqlite3_column_int64(s, 0))
-                })
-                .flatten()
-            });
-            self.reset();
-            value
+                }
+            })
         }
 
         /// The first column of the first row as bytes; `None` when there is no row or it is NULL.
@@ -611,12 +616,11 @@ mod ffi {
             values: &[Val<'v>],
             doing: &'static str,
         ) -> Result<Option<Vec<u8>>, StoreError> {
-            self.bind(values, doing)?;
-            let value = self.step(doing).map(|row| {
-                // SAFETY: a live statement positioned on a row. The blob pointer is valid for the length
-                // SQLite reports until the statement steps or resets, and is copied before that.
-                row.then(|| unsafe {
-                    let s = self.stmt.as_ptr();
+            self.query_one(values, doing, |st| {
+                // SAFETY: as in `query_i64`. The blob pointer is valid for the length SQLite reports until the
+                // statement steps or resets, and is copied before that.
+                unsafe {
+                    let s = st.stmt.as_ptr();
                     if sys::sqlite3_column_type(s, 0) == sys::SQLITE_NULL {
                         return None;
                     }
@@ -627,11 +631,8 @@ mod ffi {
                     } else {
                         std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec()
                     })
-                })
-                .flatten()
-            });
-            self.reset();
-            value
+                }
+            })
         }
     }
 
