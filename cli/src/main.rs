@@ -101,6 +101,12 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let db = paths::database_url(cli.database_url.as_deref())?;
+    if matches!(
+        cli.command,
+        Command::Ingest(_) | Command::Traces { .. } | Command::Report(_)
+    ) {
+        stop_quietly_when_stdout_closes();
+    }
     match cli.command {
         Command::Ingest(args) => ingest_cmd::run(&db, args).await,
         Command::Traces {
@@ -114,3 +120,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve_cmd::run(&db, args).await,
     }
 }
+
+/// Lets the commands that only read files and the store and print (`ingest`, `traces stats`, `report`) end quietly
+/// when their reader goes away (`tooltune traces stats | head`), as Unix tools do, instead of panicking in
+/// `println!` on a broken pipe. Rust ignores SIGPIPE so that writing to a closed pipe or socket is an error to
+/// handle; the commands that talk to MCP servers over pipes, to model servers or to browsers keep it that way.
+#[cfg(unix)]
+#[allow(unsafe_code)] // The workspace denies unsafe code; std has no safe way to set a signal's disposition.
+fn stop_quietly_when_stdout_closes() {
+    // SAFETY: sets one signal back to its default action; no handler of ours is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn stop_quietly_when_stdout_closes() {}

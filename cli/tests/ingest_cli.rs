@@ -179,3 +179,44 @@ fn postgres_each_format_then_stats() {
     check_malformed_file_changes_nothing(&db, dir.path());
     psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
 }
+
+/// `tooltune traces stats | head -1`: when the reader closes the pipe, the command ends without a panic message.
+#[test]
+#[cfg(unix)]
+fn stats_into_a_closed_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("t.sqlite").display().to_string();
+    // 2,000 tools, so that the report is far more than a pipe holds (64 KiB) and the command is still writing
+    // when the pipe closes.
+    let file = dir.path().join("many-tools.jsonl");
+    let lines: Vec<String> = (0..50)
+        .map(|i| {
+            let tools: Vec<Value> = (0..40)
+                .map(|j| serde_json::json!({"name": format!("tool_{i}_{j}"), "description": "A tool."}))
+                .collect();
+            serde_json::json!({"task": format!("task {i}"), "tools": tools}).to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).expect("write");
+    let o = tooltune(&db, &["ingest", &file.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for _ in 0..3 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tooltune"))
+            .args(["--database-url", &db, "traces", "stats"])
+            .env_remove("TOOLTUNE_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tooltune");
+        // Read one line, as `head -1` does, then close the pipe while the command still has lines to write.
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("a first line");
+        drop(out);
+        let o = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
