@@ -9,7 +9,8 @@
 //!
 //! The rows are exactly those the `Any` writer (`Writer` in the parent module) writes, which PostgreSQL imports
 //! and `Store::insert` keep using; a test compares the two. This module knows the schema's tables and columns and
-//! nothing of trace formats; it is the only code of the crate that is `unsafe`, all of it in [`ffi`].
+//! nothing of trace formats. Its `unsafe` code, all in [`ffi`], is the crate's only use of a C library beyond two
+//! libc calls (a thread's priority, writeback).
 
 use super::{Encoding, NewDictionary, Prepared, TRAJECTORY_COLS};
 use crate::StoreError;
