@@ -72,6 +72,13 @@ impl Dictionaries {
         self.lock().insert(dictionary.key, dictionary);
     }
 
+    /// Makes the dictionary stored as `bytes` under `key` and caches it.
+    pub(crate) fn insert_stored(&self, key: u32, bytes: &[u8]) -> Arc<Dictionary> {
+        let d = Arc::new(Dictionary::new(key, bytes));
+        self.insert(Arc::clone(&d));
+        d
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Dictionary>>> {
         // The map is whole after every insert, so a panic elsewhere while it was held leaves it usable.
         self.0

@@ -573,6 +573,14 @@ const TRAJECTORY_BATCH: usize = 500;
 const TOOL_BATCH: usize = 2000;
 const DESCRIPTION_BATCH: usize = 500;
 
+/// A description version whose key could not be read back after it was stored.
+fn no_key(id: &str) -> StoreError {
+    StoreError::Corrupt {
+        id: id.to_string(),
+        message: "description version has no key after it was stored".into(),
+    }
+}
+
 /// The time an import's rows are stamped with (`ingested_at`, `first_seen_at`).
 fn now_text() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -833,13 +841,7 @@ impl Writer {
         for (p, seq) in batch.iter().zip(&seq_of) {
             let Some(seq) = *seq else { continue };
             for (i, (d, calls)) in p.tools.iter().enumerate() {
-                let key = keys
-                    .get(&d.id)
-                    .copied()
-                    .ok_or_else(|| StoreError::Corrupt {
-                        id: d.id.clone(),
-                        message: "description version has no key after it was stored".into(),
-                    })?;
+                let key = keys.get(&d.id).copied().ok_or_else(|| no_key(&d.id))?;
                 rows.push((seq, i as i64, key, *calls));
             }
         }

@@ -275,11 +275,7 @@ impl Store {
                 .fetch_optional(db)
                 .await
                 .map_err(q("reading a compression dictionary"))?;
-        Ok(bytes.map(|b| {
-            let d = Arc::new(body::Dictionary::new(key, &b));
-            self.dictionaries.insert(Arc::clone(&d));
-            d
-        }))
+        Ok(bytes.map(|b| self.dictionaries.insert_stored(key, &b)))
     }
 
     /// Loads one trajectory, with its tool list rebuilt from the stored description versions.

@@ -12,7 +12,7 @@
 //! nothing of trace formats. Its `unsafe` code, all in [`ffi`], is the crate's only use of a C library beyond two
 //! libc calls (a thread's priority, writeback).
 
-use super::{Encoding, NewDictionary, Prepared, TRAJECTORY_COLS};
+use super::{Encoding, NewDictionary, Prepared, TRAJECTORY_COLS, no_key};
 use crate::StoreError;
 use crate::body::{Dictionaries, Dictionary, StoredBody};
 use ffi::{Conn, Val};
@@ -163,25 +163,19 @@ impl Tx {
             .query_i64(&[], "reading the newest compression dictionary")?
             .and_then(|k| u32::try_from(k).ok());
         let encoding = match newest {
-            Some(key) => match dictionaries.get(key) {
-                Some(d) => Encoding::Dictionary(d),
-                None => {
-                    let bytes = db
+            Some(key) => {
+                let d = match dictionaries.get(key) {
+                    Some(d) => Some(d),
+                    None => db
                         .prepare("SELECT dictionary FROM body_dictionaries WHERE key = ?")?
                         .query_blob(
                             &[Val::Int(i64::from(key))],
                             "reading a compression dictionary",
-                        )?;
-                    match bytes {
-                        Some(b) => {
-                            let d = Arc::new(Dictionary::new(key, &b));
-                            dictionaries.insert(Arc::clone(&d));
-                            Encoding::Dictionary(d)
-                        }
-                        None => Encoding::Pending,
-                    }
-                }
-            },
+                        )?
+                        .map(|b| dictionaries.insert_stored(key, &b)),
+                };
+                d.map_or(Encoding::Pending, Encoding::Dictionary)
+            }
             None => Encoding::Pending,
         };
         Ok(Tx {
@@ -237,37 +231,14 @@ impl Tx {
     fn write(&mut self, batch: &[Prepared]) -> Result<u64, StoreError> {
         let db = &self.db;
         let now = self.now.as_str();
-        // Description versions first: rows in `trajectory_tools` reference them by key. Some were stored
-        // before this transaction (and keep their keys): the key is read back either way.
+        // A description version is stored the first time a tool row needs its key (before that row, which
+        // references it). Some were stored before this transaction and keep their keys: the key is read back
+        // either way.
         let mut insert_description = db.prepare(
             "INSERT OR IGNORE INTO descriptions (id, tool, description, input_schema, first_seen_at) \
              VALUES (?, ?, ?, ?, ?)",
         )?;
         let mut key_of = db.prepare("SELECT key FROM descriptions WHERE id = ?")?;
-        for p in batch {
-            for (d, _) in &p.tools {
-                if self.description_keys.contains_key(&d.id) {
-                    continue;
-                }
-                insert_description.execute(
-                    &[
-                        Val::Text(&d.id),
-                        Val::Text(&d.tool),
-                        Val::Text(&d.description),
-                        Val::Text(&d.schema),
-                        Val::Text(now),
-                    ],
-                    "storing description versions",
-                )?;
-                let key = key_of
-                    .query_i64(&[Val::Text(&d.id)], "reading description keys")?
-                    .ok_or_else(|| StoreError::Corrupt {
-                        id: d.id.clone(),
-                        message: "description version has no key after it was stored".into(),
-                    })?;
-                self.description_keys.insert(d.id.clone(), key);
-            }
-        }
 
         // Each trajectory, then its tool list under the sequence number it got. `OR IGNORE` skips a trajectory
         // already stored (same id), which then adds no tool rows.
@@ -312,12 +283,26 @@ impl Tx {
             self.next_seq += 1;
             added += 1;
             for (position, (d, calls)) in p.tools.iter().enumerate() {
-                let key = self.description_keys.get(&d.id).copied().ok_or_else(|| {
-                    StoreError::Corrupt {
-                        id: d.id.clone(),
-                        message: "description version has no key after it was stored".into(),
+                let key = match self.description_keys.get(&d.id) {
+                    Some(&key) => key,
+                    None => {
+                        insert_description.execute(
+                            &[
+                                Val::Text(&d.id),
+                                Val::Text(&d.tool),
+                                Val::Text(&d.description),
+                                Val::Text(&d.schema),
+                                Val::Text(now),
+                            ],
+                            "storing description versions",
+                        )?;
+                        let key = key_of
+                            .query_i64(&[Val::Text(&d.id)], "reading description keys")?
+                            .ok_or_else(|| no_key(&d.id))?;
+                        self.description_keys.insert(d.id.clone(), key);
+                        key
                     }
-                })?;
+                };
                 insert_tool.execute(
                     &[
                         Val::Int(seq),
