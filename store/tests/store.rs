@@ -178,6 +178,12 @@ fn sample() -> Vec<Trajectory> {
     ]
 }
 
+/// Loads `t` back from the store and checks it comes back whole, tool list included.
+async fn assert_reads_back(s: &Store, t: &Trajectory) {
+    let back = s.trajectory(&t.id()).await.expect("load").expect("present");
+    assert_eq!(&back, t);
+}
+
 async fn import_then_stats(db: TestDb) {
     let s = &db.store;
     let report = s
@@ -241,13 +247,7 @@ async fn import_then_stats(db: TestDb) {
     assert_eq!(s.count_trajectories().await.expect("count"), 5);
 
     // A stored trajectory comes back whole, tool list included.
-    let original = &sample()[3];
-    let back = s
-        .trajectory(&original.id())
-        .await
-        .expect("load")
-        .expect("present");
-    assert_eq!(&back, original);
+    assert_reads_back(s, &sample()[3]).await;
     db.finish().await;
 }
 
@@ -650,8 +650,7 @@ async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_i
 
     let s = Store::open(&url).await.expect("reopen");
     for t in [&small, &first, &second, &one].into_iter().flatten() {
-        let back = s.trajectory(&t.id()).await.expect("load").expect("present");
-        assert_eq!(&back, t);
+        assert_reads_back(&s, t).await;
     }
     s.close().await;
     let pool = sqlx::any::AnyPoolOptions::new()
@@ -720,13 +719,7 @@ async fn sqlite_import_writes_the_rows_insert_writes() {
     assert_eq!(from_import.len(), 6 * 2, "two tools each");
     assert_eq!(from_import, from_insert);
     for t in &ts {
-        let back = a
-            .store
-            .trajectory(&t.id())
-            .await
-            .expect("load")
-            .expect("present");
-        assert_eq!(&back, t);
+        assert_reads_back(&a.store, t).await;
     }
     a.finish().await;
     b.finish().await;
