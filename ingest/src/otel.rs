@@ -17,8 +17,10 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolCall, ToolSpec, Trajectory, Usage};
 
@@ -34,94 +36,160 @@ const REMEMBERED_TRACES: usize = 100_000;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Request {
-    resource_spans: Vec<ResourceSpans>,
+struct Request<'a> {
+    #[serde(borrow)]
+    resource_spans: Vec<ResourceSpans<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ResourceSpans {
-    #[serde(default)]
-    resource: Option<Resource>,
-    #[serde(default)]
-    scope_spans: Vec<ScopeSpans>,
+struct ResourceSpans<'a> {
+    #[serde(default, borrow)]
+    resource: Option<Resource<'a>>,
+    #[serde(default, borrow)]
+    scope_spans: Vec<ScopeSpans<'a>>,
 }
 
 #[derive(Deserialize)]
-struct Resource {
-    #[serde(default)]
-    attributes: Vec<KeyValue>,
+struct Resource<'a> {
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValue<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ScopeSpans {
-    #[serde(default)]
-    spans: Vec<Span>,
+struct ScopeSpans<'a> {
+    #[serde(default, borrow)]
+    spans: Vec<Span<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Span {
-    trace_id: String,
-    span_id: String,
-    #[serde(default)]
-    parent_span_id: Option<String>,
-    #[serde(default)]
-    name: String,
+struct Span<'a> {
+    #[serde(borrow)]
+    trace_id: Str<'a>,
+    #[serde(borrow)]
+    span_id: Str<'a>,
+    #[serde(default, borrow)]
+    parent_span_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    name: Str<'a>,
     #[serde(deserialize_with = "de_u64")]
     start_time_unix_nano: u64,
     #[serde(default, deserialize_with = "de_u64")]
     end_time_unix_nano: u64,
-    #[serde(default)]
-    attributes: Vec<KeyValue>,
-    #[serde(default)]
-    status: Option<Status>,
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValue<'a>>,
+    #[serde(default, borrow)]
+    status: Option<Status<'a>>,
 }
 
 #[derive(Deserialize)]
-struct KeyValue {
-    key: String,
-    #[serde(default)]
-    value: AnyValue,
+struct KeyValue<'a> {
+    #[serde(borrow)]
+    key: Str<'a>,
+    #[serde(default, borrow)]
+    value: AnyValue<'a>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct AnyValue {
-    #[serde(default)]
-    string_value: Option<String>,
+struct AnyValue<'a> {
+    #[serde(default, borrow)]
+    string_value: Option<Str<'a>>,
     #[serde(default)]
     bool_value: Option<bool>,
     #[serde(default, deserialize_with = "de_opt_i64")]
     int_value: Option<i64>,
     #[serde(default)]
     double_value: Option<f64>,
-    #[serde(default)]
-    array_value: Option<ArrayValue>,
-    #[serde(default)]
-    kvlist_value: Option<KvList>,
-    #[serde(default)]
-    bytes_value: Option<String>,
+    #[serde(default, borrow)]
+    array_value: Option<ArrayValue<'a>>,
+    #[serde(default, borrow)]
+    kvlist_value: Option<KvList<'a>>,
+    #[serde(default, borrow)]
+    bytes_value: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ArrayValue {
-    #[serde(default)]
-    values: Vec<AnyValue>,
+struct ArrayValue<'a> {
+    #[serde(default, borrow)]
+    values: Vec<AnyValue<'a>>,
 }
 
 #[derive(Deserialize)]
-struct KvList {
-    #[serde(default)]
-    values: Vec<KeyValue>,
+struct KvList<'a> {
+    #[serde(default, borrow)]
+    values: Vec<KeyValue<'a>>,
 }
 
 #[derive(Deserialize)]
-struct Status {
+struct Status<'a> {
     #[serde(default, deserialize_with = "de_status_code")]
     code: i64,
-    #[serde(default)]
-    message: Option<String>,
+    #[serde(default, borrow)]
+    message: Option<Str<'a>>,
+}
+
+/// A JSON string as the line writes it, quotes included, its escapes not yet decoded.
+///
+/// A chat span carries the tool definitions and the whole message history as JSON inside JSON strings, so nearly
+/// every character of them is behind an escape; decoding all of that while reading the line, most of it to be
+/// thrown away (definitions seen before, history already read on the previous span), was the largest cost of
+/// reading OTLP. Decoding waits until a value is used, and comparisons use the text as written.
+#[derive(Clone, Copy)]
+struct Str<'a>(&'a str);
+
+impl Default for Str<'_> {
+    fn default() -> Self {
+        Str("\"\"")
+    }
+}
+
+impl<'a> Str<'a> {
+    /// The text between the quotes, escapes as written.
+    fn raw(self) -> &'a str {
+        &self.0[1..self.0.len() - 1]
+    }
+
+    /// The decoded string: borrowed from the line unless it has escapes.
+    fn text(self) -> Cow<'a, str> {
+        let raw = self.raw();
+        if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
+            return Cow::Borrowed(raw);
+        }
+        // The string was checked when the line was read, so it decodes.
+        Cow::Owned(serde_json::from_str(self.0).unwrap_or_default())
+    }
+
+    /// Whether the decoded string is `s`, a string without backslashes: written plainly, or escaped (longer).
+    fn is(self, s: &str) -> bool {
+        let raw = self.raw();
+        raw == s || (raw.len() > s.len() && raw.contains('\\') && self.text() == s)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&'a RawValue>::deserialize(d)?.get();
+        if raw.len() >= 2 && raw.starts_with('"') {
+            return Ok(Str(raw));
+        }
+        // The same complaint serde would make about a `String` field.
+        let found = match raw.as_bytes().first() {
+            Some(b't') => de::Unexpected::Bool(true),
+            Some(b'f') => de::Unexpected::Bool(false),
+            Some(b'n') => de::Unexpected::Unit,
+            Some(b'[') => de::Unexpected::Seq,
+            Some(b'{') => de::Unexpected::Map,
+            _ => match (raw.parse::<u64>(), raw.parse::<i64>(), raw.parse::<f64>()) {
+                (Ok(u), _, _) => de::Unexpected::Unsigned(u),
+                (_, Ok(i), _) => de::Unexpected::Signed(i),
+                (_, _, Ok(f)) => de::Unexpected::Float(f),
+                _ => de::Unexpected::Other("a value"),
+            },
+        };
+        Err(de::Error::invalid_type(found, &"a string"))
+    }
 }
 
 /// OTLP/JSON writes 64-bit integers as strings (the protobuf JSON mapping); some producers write numbers.
@@ -184,10 +252,10 @@ fn de_status_code<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     d.deserialize_any(CodeVisitor)
 }
 
-impl AnyValue {
+impl AnyValue<'_> {
     fn to_json(&self) -> Value {
-        if let Some(s) = &self.string_value {
-            Value::String(s.clone())
+        if let Some(s) = self.string_value {
+            Value::String(s.text().into_owned())
         } else if let Some(b) = self.bool_value {
             Value::Bool(b)
         } else if let Some(i) = self.int_value {
@@ -200,50 +268,48 @@ impl AnyValue {
             Value::Object(
                 kv.values
                     .iter()
-                    .map(|e| (e.key.clone(), e.value.to_json()))
+                    .map(|e| (e.key.text().into_owned(), e.value.to_json()))
                     .collect(),
             )
-        } else if let Some(b) = &self.bytes_value {
-            Value::String(b.clone())
+        } else if let Some(b) = self.bytes_value {
+            Value::String(b.text().into_owned())
         } else {
             Value::Null
         }
     }
 }
 
-/// One decoded span with where it came from.
-pub(crate) struct SpanRec {
-    span: Span,
+/// One decoded span with where it came from; it borrows the text of its line.
+struct SpanRec<'a> {
+    span: Span<'a>,
     line: u64,
     /// Indices of the span in its line: resourceSpans, scopeSpans, spans.
     at: (usize, usize, usize),
-    service: Option<Arc<str>>,
+    service: Option<Str<'a>>,
 }
 
-impl SpanRec {
+impl<'a> SpanRec<'a> {
     fn path(&self) -> String {
         let (r, s, p) = self.at;
         format!("resourceSpans[{r}].scopeSpans[{s}].spans[{p}]")
     }
 
     fn is_root(&self) -> bool {
-        self.span
-            .parent_span_id
-            .as_deref()
-            .is_none_or(str::is_empty)
+        self.span.parent_span_id.is_none_or(|p| p.raw().is_empty())
     }
 
-    fn attr(&self, key: &str) -> Option<(usize, &AnyValue)> {
+    fn attr(&self, key: &str) -> Option<(usize, &AnyValue<'a>)> {
         self.span
             .attributes
             .iter()
             .enumerate()
-            .find(|(_, kv)| kv.key == key)
+            .find(|(_, kv)| kv.key.is(key))
             .map(|(i, kv)| (i, &kv.value))
     }
 
-    fn attr_str(&self, key: &str) -> Option<&str> {
-        self.attr(key).and_then(|(_, v)| v.string_value.as_deref())
+    fn attr_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.attr(key)
+            .and_then(|(_, v)| v.string_value.map(Str::text))
     }
 
     fn attr_u64(&self, key: &str) -> Option<u64> {
@@ -251,7 +317,7 @@ impl SpanRec {
             v.int_value
                 .and_then(|i| u64::try_from(i).ok())
                 .or_else(|| v.double_value.map(|d| d as u64))
-                .or_else(|| v.string_value.as_deref().and_then(|s| s.parse().ok()))
+                .or_else(|| v.string_value.and_then(|s| s.text().parse().ok()))
         })
     }
 
@@ -261,8 +327,8 @@ impl SpanRec {
         let Some((i, v)) = self.attr(key) else {
             return Ok(None);
         };
-        match &v.string_value {
-            Some(s) => serde_json::from_str(s).map(Some).map_err(|e| {
+        match v.string_value {
+            Some(s) => serde_json::from_str(&s.text()).map(Some).map_err(|e| {
                 self.error(
                     &format!(".attributes[{i}].value.stringValue"),
                     format!(
@@ -275,12 +341,15 @@ impl SpanRec {
         }
     }
 
-    fn op(&self) -> &str {
+    fn op(&self) -> Cow<'a, str> {
         self.attr_str("gen_ai.operation.name").unwrap_or_default()
     }
 
     fn is_inference(&self) -> bool {
-        matches!(self.op(), "chat" | "generate_content" | "text_completion")
+        matches!(
+            self.op().as_ref(),
+            "chat" | "generate_content" | "text_completion"
+        )
     }
 
     fn timing(&self) -> Timing {
@@ -297,26 +366,25 @@ impl SpanRec {
         RecordError::at(
             self.line,
             format!("{}{path_suffix}", self.path()),
-            format!("span {}: {message}", self.span.span_id),
+            format!("span {}: {message}", self.span.span_id.text()),
         )
     }
 }
 
-/// Decodes one line into its spans (in parallel with other lines; no cross-line state).
-pub(crate) fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec>, RecordError> {
+/// Decodes one line into its spans, borrowing from its text.
+fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec<'_>>, RecordError> {
     let req: Request = from_json(text, line)?;
     let mut out = Vec::new();
     for (r, rs) in req.resource_spans.into_iter().enumerate() {
-        let service: Option<Arc<str>> = rs.resource.as_ref().and_then(|res| {
+        let service = rs.resource.as_ref().and_then(|res| {
             res.attributes
                 .iter()
-                .find(|kv| kv.key == "service.name")
-                .and_then(|kv| kv.value.string_value.as_deref())
-                .map(Arc::from)
+                .find(|kv| kv.key.is("service.name"))
+                .and_then(|kv| kv.value.string_value)
         });
         for (s, ss) in rs.scope_spans.into_iter().enumerate() {
             for (p, span) in ss.spans.into_iter().enumerate() {
-                if span.trace_id.is_empty() {
+                if span.trace_id.raw().is_empty() {
                     return Err(RecordError::at(
                         line,
                         format!("resourceSpans[{r}].scopeSpans[{s}].spans[{p}].traceId"),
@@ -327,7 +395,7 @@ pub(crate) fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec>, RecordEr
                     span,
                     line,
                     at: (r, s, p),
-                    service: service.clone(),
+                    service,
                 });
             }
         }
@@ -335,24 +403,103 @@ pub(crate) fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec>, RecordEr
     Ok(out)
 }
 
+/// What one line holds, per trace: decoded in parallel with other lines, before the [`Assembler`] sees it.
+pub(crate) struct LineOut<T> {
+    line: u64,
+    /// Where the line's text lies in its chunk, for when spans must wait for a later line.
+    range: Range<usize>,
+    result: Result<Vec<LineTrace<T>>, RecordError>,
+}
+
+/// The spans of one trace in one line.
+struct LineTrace<T> {
+    trace_id: String,
+    /// Where the trace's first root span is among the line's spans, if the line has one.
+    root_at: Option<usize>,
+    /// When the line holds the root, the trace built from this line's spans alone (and mapped): what the trace
+    /// is unless an earlier line held some of its spans, which only the [`Assembler`] knows. Collectors batch
+    /// whole traces, so this is nearly always the answer, and it was computed in parallel.
+    built: Option<Result<T, RecordError>>,
+}
+
+/// Decodes one line and builds the traces whose root it holds (see [`LineTrace::built`]).
+pub(crate) fn read_line<T>(
+    text: Result<&str, RecordError>,
+    line: u64,
+    range: Range<usize>,
+    map: &(impl Fn(Trajectory) -> T + Sync),
+) -> LineOut<T> {
+    let result = text.and_then(|text| parse_line(text, line)).map(|spans| {
+        // Group by trace in order of first appearance; a line usually holds one trace, a batch many.
+        let mut index: HashMap<Cow<'_, str>, usize> = HashMap::new();
+        let mut groups: Vec<(Cow<'_, str>, Option<usize>, Vec<SpanRec<'_>>)> = Vec::new();
+        for (n, s) in spans.into_iter().enumerate() {
+            let tid = s.span.trace_id.text();
+            let g = match index.get(&tid) {
+                Some(&g) => g,
+                None => {
+                    index.insert(tid.clone(), groups.len());
+                    groups.push((tid, None, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            let group = &mut groups[g];
+            if group.1.is_none() && s.is_root() {
+                group.1 = Some(n);
+            }
+            group.2.push(s);
+        }
+        groups
+            .into_iter()
+            .map(|(tid, root_at, spans)| {
+                let built = root_at.map(|_| {
+                    build(&tid, spans, true, line)
+                        .and_then(|t| finish(Format::Otel, t, line))
+                        .map(map)
+                });
+                LineTrace {
+                    trace_id: tid.into_owned(),
+                    root_at,
+                    built,
+                }
+            })
+            .collect()
+    });
+    LineOut {
+        line,
+        range,
+        result,
+    }
+}
+
+/// A line that holds spans of a trace still waiting for its root: its text, shared by the traces it holds.
+#[derive(Clone)]
+struct Piece {
+    line: u64,
+    text: Arc<str>,
+}
+
 struct Pending {
     first_line: u64,
     seq: u64,
-    has_root: bool,
-    spans: Vec<SpanRec>,
+    pieces: Vec<Piece>,
 }
 
-enum Slot {
-    Ready(Box<Parsed>),
+enum Slot<T> {
+    Ready(Parsed<T>),
     Build {
         line: u64,
         trace_id: String,
-        spans: Vec<SpanRec>,
+        pieces: Vec<Piece>,
         complete: bool,
     },
 }
 
 /// Groups spans by trace across lines and emits each trace once its root span has arrived.
+///
+/// A trace whose spans all came in the line of its root was built in parallel with the line's decoding and passes
+/// through. A trace spread over lines keeps the text of each of its lines until the root arrives, and is built
+/// again from those lines then; memory holds those lines, for traces still waiting for their root.
 #[derive(Default)]
 pub(crate) struct Assembler {
     pending: HashMap<String, Pending>,
@@ -377,58 +524,81 @@ impl Assembler {
         self.pending.len()
     }
 
-    /// Takes one chunk's decoded lines in file order; at EOF also flushes traces that never got a root.
-    pub(crate) fn process(
+    /// Takes one chunk's decoded lines in file order (`data` is the chunk's text, which their ranges point into);
+    /// at EOF also flushes traces that never got a root.
+    pub(crate) fn process<T: Send>(
         &mut self,
-        lines: Vec<(u64, Result<Vec<SpanRec>, RecordError>)>,
+        lines: Vec<LineOut<T>>,
+        data: &[u8],
         at_eof: bool,
-    ) -> Vec<Parsed> {
-        let mut slots: Vec<Slot> = Vec::new();
-        for (line, res) in lines {
-            let spans = match res {
-                Ok(spans) => spans,
+        map: &(impl Fn(Trajectory) -> T + Sync),
+    ) -> Vec<Parsed<T>> {
+        let mut slots: Vec<Slot<T>> = Vec::new();
+        for out in lines {
+            let line = out.line;
+            let traces = match out.result {
+                Ok(traces) => traces,
                 Err(e) => {
-                    slots.push(Slot::Ready(Box::new(Parsed {
+                    slots.push(Slot::Ready(Parsed {
                         line,
                         result: Err(e),
-                    })));
+                    }));
                     continue;
                 }
             };
-            let mut completed: Vec<String> = Vec::new();
+            // The line's text, copied once if some trace of it has to wait.
+            let mut piece: Option<Piece> = None;
+            let mut piece_of = || -> Piece {
+                piece
+                    .get_or_insert_with(|| Piece {
+                        line,
+                        text: Arc::from(String::from_utf8_lossy(&data[out.range.clone()])),
+                    })
+                    .clone()
+            };
             let mut late: Vec<String> = Vec::new();
-            for s in spans {
-                let tid = &s.span.trace_id;
-                if self.done.contains(tid) {
-                    if !late.contains(tid) {
-                        late.push(tid.clone());
+            let mut completed: Vec<(usize, Slot<T>)> = Vec::new();
+            for t in traces {
+                if self.done.contains(&t.trace_id) {
+                    late.push(t.trace_id);
+                    continue;
+                }
+                if let Some(p) = self.pending.get_mut(&t.trace_id) {
+                    p.pieces.push(piece_of());
+                    if let Some(root_at) = t.root_at
+                        && let Some(p) = self.pending.remove(&t.trace_id)
+                    {
+                        self.remember(t.trace_id.clone());
+                        completed.push((
+                            root_at,
+                            Slot::Build {
+                                line,
+                                trace_id: t.trace_id,
+                                pieces: p.pieces,
+                                complete: true,
+                            },
+                        ));
                     }
                     continue;
                 }
-                let root = s.is_root();
-                if !self.pending.contains_key(tid) {
-                    self.seq += 1;
-                    self.pending.insert(
-                        tid.clone(),
-                        Pending {
+                match (t.root_at, t.built) {
+                    (Some(root_at), Some(result)) => {
+                        self.remember(t.trace_id);
+                        completed.push((root_at, Slot::Ready(Parsed { line, result })));
+                    }
+                    _ => {
+                        self.seq += 1;
+                        let pending = Pending {
                             first_line: line,
                             seq: self.seq,
-                            has_root: false,
-                            spans: Vec::new(),
-                        },
-                    );
-                }
-                let tid = tid.clone();
-                if let Some(p) = self.pending.get_mut(&tid) {
-                    p.spans.push(s);
-                    if root && !p.has_root {
-                        p.has_root = true;
-                        completed.push(tid);
+                            pieces: vec![piece_of()],
+                        };
+                        self.pending.insert(t.trace_id, pending);
                     }
                 }
             }
             for tid in late {
-                slots.push(Slot::Ready(Box::new(Parsed {
+                slots.push(Slot::Ready(Parsed {
                     line,
                     result: Err(RecordError::new(
                         line,
@@ -437,19 +607,11 @@ impl Assembler {
                             "spans of trace {tid} arrived after its root span completed the trace; they are ignored"
                         ),
                     )),
-                })));
+                }));
             }
-            for tid in completed {
-                if let Some(p) = self.pending.remove(&tid) {
-                    self.remember(tid.clone());
-                    slots.push(Slot::Build {
-                        line,
-                        trace_id: tid,
-                        spans: p.spans,
-                        complete: true,
-                    });
-                }
-            }
+            // Traces complete in the order their roots came.
+            completed.sort_by_key(|&(root_at, _)| root_at);
+            slots.extend(completed.into_iter().map(|(_, slot)| slot));
         }
         if at_eof {
             let mut rest: Vec<(String, Pending)> = self.pending.drain().collect();
@@ -458,7 +620,7 @@ impl Assembler {
                 slots.push(Slot::Build {
                     line: p.first_line,
                     trace_id: tid,
-                    spans: p.spans,
+                    pieces: p.pieces,
                     complete: false,
                 });
             }
@@ -466,20 +628,39 @@ impl Assembler {
         slots
             .into_par_iter()
             .map(|slot| match slot {
-                Slot::Ready(p) => *p,
+                Slot::Ready(p) => p,
                 Slot::Build {
                     line,
                     trace_id,
-                    spans,
+                    pieces,
                     complete,
                 } => Parsed {
                     line,
-                    result: build(&trace_id, spans, complete, line)
-                        .and_then(|t| finish(Format::Otel, t, line)),
+                    result: rebuild(&trace_id, &pieces, complete, line)
+                        .and_then(|t| finish(Format::Otel, t, line))
+                        .map(map),
                 },
             })
             .collect()
     }
+}
+
+/// Builds a trace from the lines that hold its spans, decoding them again.
+fn rebuild(
+    trace_id: &str,
+    pieces: &[Piece],
+    complete: bool,
+    line: u64,
+) -> Result<Trajectory, RecordError> {
+    let mut spans = Vec::new();
+    for p in pieces {
+        spans.extend(
+            parse_line(&p.text, p.line)?
+                .into_iter()
+                .filter(|s| s.span.trace_id.is(trace_id)),
+        );
+    }
+    build(trace_id, spans, complete, line)
 }
 
 /// One message of `gen_ai.input.messages` / `gen_ai.output.messages` (parts), or an OpenAI-style message (content)
@@ -534,8 +715,8 @@ fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> 
     let Some((i, v)) = rec.attr(key) else {
         return Ok(None);
     };
-    let lite: Vec<LiteMsg> = match &v.string_value {
-        Some(s) => serde_json::from_str(s).map_err(|e| {
+    let lite: Vec<LiteMsg> = match v.string_value {
+        Some(s) => serde_json::from_str(&s.text()).map_err(|e| {
             let what = match e.classify() {
                 serde_json::error::Category::Data => "does not follow the messages schema",
                 _ => "is not valid JSON",
@@ -621,31 +802,58 @@ fn omsg(rec: &SpanRec, key: &str, i: usize, n: usize, m: LiteMsg) -> Result<OMsg
     }
 }
 
-/// The input messages of one trace's chat spans. Every chat span repeats the history before it, so a message whose
-/// JSON text equals the one at the same place in the previous span's input is not decoded again (equal text decodes
-/// to the same message); without this a trace of n turns decodes O(n^2) messages.
+/// The input messages of one trace's chat spans. Every chat span repeats the history before it, so the messages
+/// it shares with the previous span's input are not decoded again (equal text decodes to the same message);
+/// without this a trace of n turns decodes O(n^2) messages.
 #[derive(Default)]
 struct History<'a> {
     decoded: Vec<OMsg>,
-    /// The previous input's messages: raw text and index into `decoded`.
-    previous: Vec<(&'a str, usize)>,
+    /// The previous input as written, and its messages as indices into `decoded`.
+    previous: Option<(Str<'a>, Vec<usize>)>,
+}
+
+/// When the array `cur` is the array `prev` with elements appended, both as written inside a JSON string, the text
+/// of the appended elements after the separating comma (`[a,b]`, `[a,b,c]` give `c]`), or `""` when they are
+/// equal. The cut falls on a structural character, never inside an escape, so the prefix decodes to `prev`'s
+/// elements.
+fn appended<'s>(prev: &str, cur: &'s str) -> Option<&'s str> {
+    let body = prev.strip_suffix(']')?;
+    if body.trim_end() == "[" {
+        return None;
+    }
+    match cur.strip_prefix(body)? {
+        "]" => Some(""),
+        rest => rest.strip_prefix(','),
+    }
 }
 
 impl<'a> History<'a> {
     /// The messages of attribute `key` on `rec`, as indices into `decoded`; `None` when the span does not have it.
-    fn of(&mut self, rec: &'a SpanRec, key: &str) -> Result<Option<Vec<usize>>, RecordError> {
+    fn of(&mut self, rec: &SpanRec<'a>, key: &str) -> Result<Option<Vec<usize>>, RecordError> {
         let Some((i, v)) = rec.attr(key) else {
             return Ok(None);
         };
-        let Some(text) = v.string_value.as_deref() else {
+        let Some(text) = v.string_value else {
             // Recorded structured: rare, and already one value per message.
             let start = self.decoded.len();
             self.decoded.extend(messages(rec, key)?.unwrap_or_default());
             return Ok(Some((start..self.decoded.len()).collect()));
         };
+        // The usual case: the previous input with this turn's messages appended, read without decoding the rest.
+        if let Some((prev, shared)) = &self.previous
+            && let Some(tail) = appended(prev.raw(), text.raw())
+        {
+            let mut out = shared.clone();
+            if self.decode_tail(rec, key, i, tail, &mut out).is_some() {
+                self.previous = Some((text, out.clone()));
+                return Ok(Some(out));
+            }
+            // Something in the new messages is wrong: the full read below says what, as for any input.
+        }
         // Formatted only when an error happens, not on every span.
         let at = || format!(".attributes[{i}].value.stringValue");
-        let raw: Vec<&'a RawValue> = serde_json::from_str(text).map_err(|e| {
+        let decoded = text.text();
+        let raw: Vec<&RawValue> = serde_json::from_str(&decoded).map_err(|e| {
             let what = match e.classify() {
                 serde_json::error::Category::Data => "does not follow the messages schema",
                 _ => "is not valid JSON",
@@ -655,10 +863,18 @@ impl<'a> History<'a> {
                 format!("`{key}` {what}: {}", crate::common::json_message(&e)),
             )
         })?;
-        let mut current = Vec::with_capacity(raw.len());
+        // Messages equal to the one at the same place in the previous input are shared.
+        let prev_text = self.previous.as_ref().map(|(p, _)| p.text());
+        let prev: Vec<&RawValue> = prev_text
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default();
+        let prev_idx = self.previous.as_ref().map(|(_, idx)| idx.as_slice());
+        let mut out = Vec::with_capacity(raw.len());
         for (n, r) in raw.into_iter().enumerate() {
-            let idx = match self.previous.get(n) {
-                Some(&(prev, idx)) if prev == r.get() => idx,
+            let same = prev.get(n).is_some_and(|p| p.get() == r.get());
+            let idx = match prev_idx.and_then(|idx| idx.get(n)) {
+                Some(&idx) if same => idx,
                 _ => {
                     let m: LiteMsg = serde_json::from_str(r.get()).map_err(|e| {
                         rec.error(
@@ -673,11 +889,38 @@ impl<'a> History<'a> {
                     self.decoded.len() - 1
                 }
             };
-            current.push((r.get(), idx));
+            out.push(idx);
         }
-        let out = current.iter().map(|&(_, idx)| idx).collect();
-        self.previous = current;
+        self.previous = Some((text, out.clone()));
         Ok(Some(out))
+    }
+
+    /// Decodes the messages appended after the shared ones (`tail` as [`appended`] gives it) onto `out`; `None`
+    /// when they do not decode, leaving `decoded` as it was.
+    fn decode_tail(
+        &mut self,
+        rec: &SpanRec<'a>,
+        key: &str,
+        i: usize,
+        tail: &str,
+        out: &mut Vec<usize>,
+    ) -> Option<()> {
+        if tail.is_empty() {
+            return Some(());
+        }
+        let text: String = serde_json::from_str(&format!("\"[{tail}\"")).ok()?;
+        let raw: Vec<&RawValue> = serde_json::from_str(&text).ok()?;
+        let first = out.len();
+        let mut new = Vec::with_capacity(raw.len());
+        for (j, r) in raw.into_iter().enumerate() {
+            let m: LiteMsg = serde_json::from_str(r.get()).ok()?;
+            new.push(omsg(rec, key, i, first + j, m).ok()?);
+        }
+        for m in new {
+            self.decoded.push(m);
+            out.push(self.decoded.len() - 1);
+        }
+        Some(())
     }
 }
 
@@ -695,9 +938,9 @@ fn system_text(v: &Value) -> Option<String> {
     }
 }
 
-fn build(
+fn build<'a>(
     trace_id: &str,
-    mut spans: Vec<SpanRec>,
+    mut spans: Vec<SpanRec<'a>>,
     complete: bool,
     line: u64,
 ) -> Result<Trajectory, RecordError> {
@@ -720,11 +963,12 @@ fn build(
     let mut tools: Vec<ToolSpec> = Vec::new();
     // Instrumentations repeat the same definitions on every chat span; decode each distinct string once.
     // A trace holds one or a few distinct lists, so a linear search (length, then memcmp) beats SipHashing kilobytes.
+    // Both compare the text as written: the same list written the same way, which is what repeats.
     let mut seen_defs: Vec<&str> = Vec::new();
     for s in &spans {
         let raw = s
             .attr("gen_ai.tool.definitions")
-            .and_then(|(_, v)| v.string_value.as_deref());
+            .and_then(|(_, v)| v.string_value.map(Str::raw));
         if let Some(raw) = raw {
             if seen_defs.contains(&raw) {
                 continue;
@@ -760,8 +1004,8 @@ fn build(
             add_tools(
                 &mut tools,
                 [ToolSpec {
-                    name: name.to_string(),
-                    description: description.to_string(),
+                    name: name.into_owned(),
+                    description: description.into_owned(),
                     input_schema: Value::Object(Default::default()).into(),
                 }],
             );
@@ -783,7 +1027,7 @@ fn build(
             model = model.or_else(|| {
                 s.attr_str("gen_ai.request.model")
                     .or_else(|| s.attr_str("gen_ai.response.model"))
-                    .map(str::to_string)
+                    .map(Cow::into_owned)
             });
             if system.is_none()
                 && let Some(v) = s.attr_json("gen_ai.system_instructions")?
@@ -874,14 +1118,14 @@ fn build(
                     .span
                     .status
                     .as_ref()
-                    .and_then(|st| st.message.clone())
-                    .or_else(|| error_type.map(str::to_string))
+                    .and_then(|st| st.message.map(|m| m.text().into_owned()))
+                    .or_else(|| error_type.map(Cow::into_owned))
                     .unwrap_or_default(),
                 _ => String::new(),
             };
             steps.push(Step::ToolResult {
-                call_id: s.attr_str("gen_ai.tool.call.id").map(str::to_string),
-                name: name.to_string(),
+                call_id: s.attr_str("gen_ai.tool.call.id").map(Cow::into_owned),
+                name: name.into_owned(),
                 content,
                 is_error,
                 timing: s.timing(),
@@ -935,7 +1179,7 @@ fn build(
         outcome,
         meta: Meta {
             model,
-            client: first.and_then(|s| s.service.as_deref().map(str::to_string)),
+            client: first.and_then(|s| s.service.map(|n| n.text().into_owned())),
             external_id: Some(trace_id.to_string()),
             started_at: first.and_then(|s| rfc3339_from_nanos(s.span.start_time_unix_nano)),
             ..Meta::default()
@@ -944,9 +1188,14 @@ fn build(
     })
 }
 
-fn tool_name(s: &SpanRec) -> Option<&str> {
+fn tool_name<'a>(s: &SpanRec<'a>) -> Option<Cow<'a, str>> {
     s.attr_str("gen_ai.tool.name")
-        .or_else(|| s.span.name.strip_prefix("execute_tool "))
+        .or_else(|| match s.span.name.text() {
+            Cow::Borrowed(n) => n.strip_prefix("execute_tool ").map(Cow::Borrowed),
+            Cow::Owned(n) => n
+                .strip_prefix("execute_tool ")
+                .map(|n| n.to_string().into()),
+        })
         .filter(|n| !n.is_empty())
 }
 
@@ -966,6 +1215,6 @@ fn outcome_of(root: &SpanRec) -> Result<Outcome, RecordError> {
     Ok(Outcome {
         score,
         success,
-        feedback: root.attr_str(OUTCOME_FEEDBACK).map(str::to_string),
+        feedback: root.attr_str(OUTCOME_FEEDBACK).map(Cow::into_owned),
     })
 }

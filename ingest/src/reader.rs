@@ -180,20 +180,13 @@ impl<R: BufRead + Send> ChunkReader<R> {
                 || (!at_eof).then(|| lines.fill(&mut next).map(|()| next)),
             );
             self.ahead = ahead;
-            self.spare = chunk;
             let out: Vec<Parsed<T>> = match out {
                 ChunkOut::Trajectories(out) => out,
-                // Traces are assembled in file order, on this thread; what `map` does is parallel again.
-                ChunkOut::Spans(lines) => self
-                    .otel
-                    .process(lines, at_eof)
-                    .into_par_iter()
-                    .map(|p| Parsed {
-                        line: p.line,
-                        result: p.result.map(map),
-                    })
-                    .collect(),
+                // Traces are grouped in file order, on this thread, which needs the chunk's text for the spans that
+                // must wait for a later line.
+                ChunkOut::Spans(lines) => self.otel.process(lines, &chunk.data, at_eof, map),
             };
+            self.spare = chunk;
             if at_eof {
                 self.done = true;
             }
@@ -205,10 +198,10 @@ impl<R: BufRead + Send> ChunkReader<R> {
     }
 }
 
-/// What parsing one chunk gives: trajectories, or (OTLP) span records still to be grouped by trace.
+/// What parsing one chunk gives: trajectories, or (OTLP) each line's traces, still to be grouped across lines.
 enum ChunkOut<T> {
     Trajectories(Vec<Parsed<T>>),
-    Spans(Vec<(u64, Result<Vec<otel::SpanRec>, RecordError>)>),
+    Spans(Vec<otel::LineOut<T>>),
 }
 
 /// Parses a chunk's lines in parallel, in order.
@@ -236,10 +229,11 @@ where
                 .recs
                 .par_iter()
                 .map(|r| {
-                    (
-                        r.line,
-                        text_of(r, data, max).and_then(|t| otel::parse_line(t, r.line)),
-                    )
+                    let range = match &r.kind {
+                        RawKind::Data(range) => range.clone(),
+                        RawKind::Oversize(_) => 0..0,
+                    };
+                    otel::read_line(text_of(r, data, max), r.line, range, map)
                 })
                 .collect(),
         ),

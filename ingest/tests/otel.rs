@@ -399,3 +399,132 @@ fn a_history_message_that_changes_in_place_is_read_again() {
         .collect();
     assert_eq!(results, ["fresh"]);
 }
+
+/// A three-turn trace whose chat spans repeat the history; `write` formats each span's input messages.
+fn three_turns(t: &str, write: impl Fn(&Value) -> String) -> String {
+    let call = |id: &str| {
+        json!({"role": "assistant", "parts": [{"type": "tool_call", "id": id, "name": "calculator",
+                                              "arguments": {"expression": "1+1"}}]})
+    };
+    let response = |id: &str, text: &str| json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": id, "response": text}]});
+    let inputs = [
+        json!([user("Add twice.")]),
+        json!([user("Add twice."), call("k1"), response("k1", "2 \"two\"")]),
+        json!([
+            user("Add twice."),
+            call("k1"),
+            response("k1", "2 \"two\""),
+            call("k2"),
+            response("k2", "2\n")
+        ]),
+    ];
+    let outputs = [
+        json!([call("k1")]),
+        json!([call("k2")]),
+        json!([answer("2")]),
+    ];
+    let mut spans: Vec<Value> = inputs
+        .iter()
+        .zip(&outputs)
+        .enumerate()
+        .map(|(n, (input, output))| {
+            let mut c = chat(
+                t,
+                &format!("c{n}"),
+                "r",
+                n as u64 + 1,
+                json!([]),
+                output.clone(),
+            );
+            c["attributes"][3] = s("gen_ai.input.messages", &write(input));
+            c
+        })
+        .collect();
+    spans.push(span(
+        t,
+        "r",
+        "",
+        0,
+        vec![s("gen_ai.operation.name", "invoke_agent")],
+    ));
+    line(spans)
+}
+
+#[test]
+fn a_history_read_in_appended_parts_equals_one_read_whole() {
+    // Compact inputs, each the previous one with messages appended, are read a new part at a time; pretty-printed
+    // ones are not prefixes of each other as written and are read whole. Both must give the same trajectory.
+    let t = "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
+    let compact = read(three_turns(t, Value::to_string), ReadOptions::default());
+    let pretty = read(
+        three_turns(t, |v| serde_json::to_string_pretty(v).expect("json")),
+        ReadOptions::default(),
+    );
+    let a = compact[0].result.as_ref().expect("compact");
+    let b = pretty[0].result.as_ref().expect("pretty");
+    assert_eq!(a, b);
+    let results: Vec<&str> = a
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, ["2 \"two\"", "2\n"]);
+    assert_eq!(a.steps.len(), 5);
+}
+
+#[test]
+fn a_bad_message_appended_to_the_history_is_reported_at_its_index() {
+    // The third span's input is the second's with a message appended that is not a message: the error names the
+    // attribute and the message's index in the whole list, as when the list is read whole.
+    let t = "efefefefefefefefefefefefefefefef";
+    let text = three_turns(t, |v| {
+        let mut v = v.clone();
+        if v.as_array().is_some_and(|a| a.len() == 5) {
+            v[4] = json!({"role": "tool", "parts": "not a list"});
+        }
+        v.to_string()
+    });
+    let parsed = read(text, ReadOptions::default());
+    let e = parsed[0].result.as_ref().expect_err("bad message");
+    assert!(
+        e.message.contains("span c2")
+            && e.message
+                .contains("`gen_ai.input.messages`[4] does not follow the messages schema"),
+        "{e}"
+    );
+    assert_eq!(
+        e.path.as_deref(),
+        Some("resourceSpans[0].scopeSpans[0].spans[2].attributes[3].value.stringValue")
+    );
+}
+
+#[test]
+fn keys_and_values_written_with_escapes_read_as_plain_ones() {
+    // JSON lets a writer escape any character; attributes are looked up and compared by their decoded text.
+    let t = "12341234123412341234123412341234";
+    let c = chat(
+        t,
+        "c1",
+        "",
+        1,
+        json!([user("What is 2+2?")]),
+        json!([answer("4")]),
+    );
+    let plain = line(vec![c]);
+    let escaped = plain
+        .replace("gen_ai.operation.name", "gen_ai\\u002eoperation.name")
+        .replace("\"chat\"", "\"\\u0063hat\"")
+        .replace("qwen2.5", "qwen2\\u002e5");
+    assert_ne!(plain, escaped);
+    let a = read(plain, ReadOptions::default());
+    let b = read(escaped, ReadOptions::default());
+    let (a, b) = (
+        a[0].result.as_ref().expect("plain"),
+        b[0].result.as_ref().expect("escaped"),
+    );
+    assert_eq!(a, b);
+    assert_eq!(b.meta.model.as_deref(), Some("qwen2.5-1.5b-instruct"));
+}
