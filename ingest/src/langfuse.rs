@@ -11,14 +11,20 @@ use crate::common::{
 use crate::{Format, RecordError};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolSpec, Trajectory, Usage};
+
+// The first pass allocates little: strings borrow from the line when they hold no escapes ([`Text`]), and of the
+// free-form values (outputs, metadata, usage) only what `convert` reads is built. Building them all as `Value`s
+// (an ordered map and a `String` per key) and `String`s was most of the first pass's cost, and most of them
+// (metadata, usage totals and units, AGENT outputs) are never read.
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -26,68 +32,430 @@ struct Trace<'a> {
     id: String,
     #[serde(default)]
     timestamp: Option<String>,
+    #[serde(default, borrow)]
+    input: Option<StrOnly<'a>>,
+    #[serde(default, borrow)]
+    output: Option<StrOnly<'a>>,
     #[serde(default)]
-    input: Option<Value>,
-    #[serde(default)]
-    output: Option<Value>,
-    #[serde(default)]
-    metadata: Option<Value>,
+    metadata: Option<ToolsOf>,
     #[serde(default, borrow)]
     observations: Vec<Observation<'a>>,
-    #[serde(default)]
-    scores: Vec<Score>,
+    #[serde(default, borrow)]
+    scores: Vec<Score<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Observation<'a> {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    name: Option<String>,
-    start_time: String,
-    #[serde(default)]
-    end_time: Option<String>,
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
+    #[serde(borrow)]
+    start_time: Cow<'a, str>,
+    #[serde(default, borrow)]
+    end_time: Option<Text<'a>>,
     /// Only a GENERATION's input is used (the messages sent); see [`RawInput`].
     #[serde(default, borrow)]
     input: RawInput<'a>,
+    #[serde(default, borrow)]
+    output: Option<Output<'a>>,
     #[serde(default)]
-    output: Option<Value>,
+    metadata: Option<ToolsOf>,
+    #[serde(default, borrow)]
+    model: Option<Text<'a>>,
     #[serde(default)]
-    metadata: Option<Value>,
+    usage: Option<Counts>,
     #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    usage: Option<Map<String, Value>>,
-    #[serde(default)]
-    usage_details: Option<Map<String, Value>>,
-    #[serde(default)]
-    level: Option<String>,
-    #[serde(default)]
-    status_message: Option<String>,
+    usage_details: Option<Counts>,
+    #[serde(default, borrow)]
+    level: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    status_message: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Score {
-    name: String,
+struct Score<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(default)]
     value: Option<Value>,
-    #[serde(default)]
-    string_value: Option<String>,
-    #[serde(default)]
-    data_type: Option<String>,
-    #[serde(default)]
-    comment: Option<String>,
-    #[serde(default)]
-    observation_id: Option<String>,
+    #[serde(default, borrow)]
+    string_value: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    data_type: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    comment: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    observation_id: Option<Text<'a>>,
 }
 
 /// Parses and validates one Langfuse trace.
 pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
-    let trace: Trace = from_json(text, line)?;
+    let trace: Trace = match serde_json::from_str(text) {
+        Ok(trace) => trace,
+        // The lean pass fails on every record the full decode fails on (and, conservatively, on a few odd ones it
+        // cannot judge); the full decode, with path tracking, names the error exactly as it always has.
+        Err(_) => strict(|| from_json(text, line))?,
+    };
     let t = convert(trace, line)?;
     finish(Format::Langfuse, t, line)
+}
+
+thread_local! {
+    /// Whether [`Output`], [`StrOnly`], [`ToolsOf`] and [`Counts`] decode their field as a `Value` (or map), as
+    /// the data model declares it, instead of picking out what `convert` uses: set while a record that failed the
+    /// lean pass is decoded again, to report its error as the declared types do (and, for the odd record only
+    /// the lean pass rejects, to read it).
+    static STRICT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`STRICT`] set.
+fn strict<T>(f: impl FnOnce() -> T) -> T {
+    STRICT.set(true);
+    let out = f();
+    STRICT.set(false);
+    out
+}
+
+/// A string field that borrows from the line unless it holds escapes. (`Option<Cow<str>>` would always copy: serde
+/// borrows only a bare `Cow` field.) Rejects what a `String` rejects, with the same message.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
+}
+
+impl Text<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+// The types below stand for fields the data model declares as `Option<Value>` (or, for usage, a map) and keep
+// only what `convert` reads. They accept and reject exactly what those declarations did: the parts they drop are
+// walked with the same parser calls a `Value` decode makes ([`Checked`]), inside the record's deserializer, so
+// escapes, number ranges and the nesting limit are checked as before. The one case [`Checked`] cannot judge
+// (serde_json's private raw-value key, which a `Value` decode treats specially) fails the lean pass, and
+// [`STRICT`] then decodes these fields as `Value`s.
+
+/// An observation's `output`: a string is borrowed; anything else is a `Value`.
+enum Output<'a> {
+    Str(Cow<'a, str>),
+    Other(Value),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Output<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if STRICT.get() {
+            return Ok(match Value::deserialize(d)? {
+                Value::String(s) => Output::Str(Cow::Owned(s)),
+                v => Output::Other(v),
+            });
+        }
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Output<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Output::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Output::Str(Cow::Owned(v.to_string())))
+            }
+            // The rest builds what `Value`'s own visitor builds.
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Output::Other(Value::Bool(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Output::Other(Value::Number(v.into())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Output::Other(Value::Number(v.into())))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Output::Other(
+                    serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+                ))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Output::Other(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<Value>()? {
+                    items.push(item);
+                }
+                Ok(Output::Other(Value::Array(items)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut values = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key.starts_with(PRIVATE) {
+                        return Err(de::Error::custom("serde_json's private key"));
+                    }
+                    values.insert(key, map.next_value()?);
+                }
+                Ok(Output::Other(Value::Object(values)))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+impl Output<'_> {
+    /// As [`value_to_text`] has it.
+    fn text(&self) -> String {
+        match self {
+            Output::Str(s) => s.to_string(),
+            Output::Other(v) => value_to_text(v),
+        }
+    }
+}
+
+/// The trace's `input` or `output`: only a string is used.
+struct StrOnly<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrOnly<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if STRICT.get() {
+            return Ok(StrOnly(match Value::deserialize(d)? {
+                Value::String(s) => Some(Cow::Owned(s)),
+                _ => None,
+            }));
+        }
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = StrOnly<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(StrOnly(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StrOnly(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Checked.visit_seq(seq).map(|()| StrOnly(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Checked.visit_map(map).map(|()| StrOnly(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A `metadata` value: only its `tools` entry is used.
+struct ToolsOf(Option<Value>);
+
+impl<'de> Deserialize<'de> for ToolsOf {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if STRICT.get() {
+            return Ok(ToolsOf(Value::deserialize(d)?.get("tools").cloned()));
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolsOf;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ToolsOf(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Checked.visit_seq(seq).map(|()| ToolsOf(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // A map keeps the last of repeated keys.
+                let mut tools = None;
+                while let Some(key) = map.next_key_seed(Key)? {
+                    if key == KeyName::Tools {
+                        tools = Some(map.next_value()?);
+                    } else {
+                        map.next_value_seed(Checked)?;
+                    }
+                }
+                Ok(ToolsOf(tools))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `usage` or `usageDetails`: a JSON object (anything else is an error) of which only the `input` and `output`
+/// counts are used.
+struct Counts {
+    input: Option<Value>,
+    output: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Counts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if STRICT.get() {
+            let m = Map::deserialize(d)?;
+            return Ok(Counts {
+                input: m.get("input").cloned(),
+                output: m.get("output").cloned(),
+            });
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Counts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // A map keeps the last of repeated keys.
+                let (mut input, mut output) = (None, None);
+                while let Some(key) = map.next_key_seed(Key)? {
+                    match key {
+                        KeyName::Input => input = Some(map.next_value()?),
+                        KeyName::Output => output = Some(map.next_value()?),
+                        _ => map.next_value_seed(Checked)?,
+                    }
+                }
+                Ok(Counts { input, output })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// See [`Checked`].
+const PRIVATE: &str = "$serde_json::private::";
+
+/// Walks a JSON value the way decoding it into a `Value` would, keeping nothing and allocating nothing; fails on
+/// serde_json's private keys (see the comment above [`Output`]).
+struct Checked;
+
+impl<'de> DeserializeSeed<'de> for Checked {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Checked)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Key)?.is_some() {
+            map.next_value_seed(Checked)?;
+        }
+        Ok(())
+    }
+}
+
+/// The map keys the types above look for.
+#[derive(PartialEq)]
+enum KeyName {
+    Input,
+    Output,
+    Tools,
+    Other,
+}
+
+/// A map key, read as a `Value` decode reads it (unescaped and checked), failing on serde_json's private keys.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = KeyName;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<KeyName, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = KeyName;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyName, E> {
+        Ok(match v {
+            "input" => KeyName::Input,
+            "output" => KeyName::Output,
+            "tools" => KeyName::Tools,
+            _ if v.starts_with(PRIVATE) => return Err(E::custom("serde_json's private key")),
+            _ => KeyName::Other,
+        })
+    }
 }
 
 /// An observation's input, split in the same pass that reads the trace: a GENERATION's input repeats the whole
@@ -253,7 +621,7 @@ impl<'a> GenInputs<'a> {
     fn decode(
         &mut self,
         obs: &Observation<'a>,
-        path: &str,
+        at_obs: usize,
         line: u64,
     ) -> Result<GenInput, RecordError> {
         // Where the list sits, for errors only: formatted when one happens, not on every turn.
@@ -306,10 +674,14 @@ impl<'a> GenInputs<'a> {
                 Some(&(prev, at)) if prev == text => at,
                 _ => {
                     let v: Value = serde_json::from_str(text).map_err(|e| {
-                        RecordError::at(line, format!("{path}{at_list}[{i}]"), json_message(&e))
+                        RecordError::at(
+                            line,
+                            format!("observations[{at_obs}]{at_list}[{i}]"),
+                            json_message(&e),
+                        )
                     })?;
                     let msg = chat_msg(&v, "user").map_err(|(p, e)| {
-                        RecordError::at(line, format!("{path}{at_list}[{i}]{p}"), e)
+                        RecordError::at(line, format!("observations[{at_obs}]{at_list}[{i}]{p}"), e)
                     })?;
                     self.messages.push(msg);
                     self.messages.len() - 1
@@ -323,11 +695,19 @@ impl<'a> GenInputs<'a> {
     }
 }
 
-fn gen_output(obs: &Observation, path: &str, line: u64) -> Result<ChatMsg, RecordError> {
+fn gen_output(obs: &Observation, i: usize, line: u64) -> Result<ChatMsg, RecordError> {
     let out = match &obs.output {
+        None => return Ok(ChatMsg::default()),
+        Some(Output::Str(s)) => {
+            return Ok(ChatMsg {
+                role: "assistant".into(),
+                text: Some(s.to_string()),
+                ..ChatMsg::default()
+            });
+        }
         // Some integrations log the list of choices' messages; the first is the turn the agent continued with.
-        Some(Value::Array(a)) => a.first(),
-        other => other.as_ref(),
+        Some(Output::Other(Value::Array(a))) => a.first(),
+        Some(Output::Other(v)) => Some(v),
     };
     match out {
         None | Some(Value::Null) => Ok(ChatMsg::default()),
@@ -342,7 +722,7 @@ fn gen_output(obs: &Observation, path: &str, line: u64) -> Result<ChatMsg, Recor
                 || o.contains_key("content") =>
         {
             chat_msg(v, "assistant")
-                .map_err(|(p, e)| RecordError::at(line, format!("{path}.output{p}"), e))
+                .map_err(|(p, e)| RecordError::at(line, format!("observations[{i}].output{p}"), e))
         }
         Some(other) => Ok(ChatMsg {
             role: "assistant".into(),
@@ -353,12 +733,12 @@ fn gen_output(obs: &Observation, path: &str, line: u64) -> Result<ChatMsg, Recor
 }
 
 fn usage_of(obs: &Observation) -> Option<Usage> {
-    let count = |m: &Map<String, Value>, k: &str| {
-        m.get(k)
+    let count = |v: &Option<Value>| {
+        v.as_ref()
             .and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))
     };
     for m in [&obs.usage_details, &obs.usage].into_iter().flatten() {
-        if let (Some(i), Some(o)) = (count(m, "input"), count(m, "output")) {
+        if let (Some(i), Some(o)) = (count(&m.input), count(&m.output)) {
             return Some(Usage {
                 prompt_tokens: i,
                 completion_tokens: o,
@@ -370,16 +750,16 @@ fn usage_of(obs: &Observation) -> Option<Usage> {
 
 fn timing_of(obs: &Observation) -> Timing {
     Timing {
-        started_at: Some(obs.start_time.clone()),
+        started_at: Some(obs.start_time.to_string()),
         duration_ms: obs
             .end_time
-            .as_deref()
-            .and_then(|e| ms_between(&obs.start_time, e)),
+            .as_ref()
+            .and_then(|e| ms_between(&obs.start_time, e.as_str())),
     }
 }
 
-fn metadata_tools(v: &Option<Value>) -> Vec<ToolSpec> {
-    match v.as_ref().and_then(|m| m.get("tools")) {
+fn metadata_tools(v: &Option<ToolsOf>) -> Vec<ToolSpec> {
+    match v.as_ref().and_then(|m| m.0.as_ref()) {
         Some(Value::Array(ts)) => ts.iter().filter_map(tool_spec).collect(),
         _ => Vec::new(),
     }
@@ -405,7 +785,7 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
     for &(_, i) in &order {
         let o = &trace.observations[i];
         if o.kind == "GENERATION" {
-            let inp = decoded.decode(o, &format!("observations[{i}]"), line)?;
+            let inp = decoded.decode(o, i, line)?;
             inputs.insert(i, inp);
         }
     }
@@ -419,10 +799,13 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
         }
         add_tools(&mut tools, metadata_tools(&trace.metadata));
     }
-    let tool_names: HashSet<String> = tools.iter().map(|t| t.name.clone()).collect();
+    let tool_names: HashSet<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     let is_tool_obs = |o: &Observation| {
         o.kind == "TOOL"
-            || (o.kind == "SPAN" && o.name.as_ref().is_some_and(|n| tool_names.contains(n)))
+            || (o.kind == "SPAN"
+                && o.name
+                    .as_ref()
+                    .is_some_and(|n| tool_names.contains(n.as_str())))
     };
     // Without tool observations the results are only visible as `tool` messages in later generation inputs.
     let results_from_inputs = !trace.observations.iter().any(is_tool_obs);
@@ -438,9 +821,8 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
 
     for &(_, i) in &order {
         let o = &trace.observations[i];
-        let path = format!("observations[{i}]");
         if o.kind == "GENERATION" {
-            model = model.or_else(|| o.model.clone());
+            model = model.or_else(|| o.model.as_ref().map(|m| m.as_str().to_string()));
             let inp = &inputs[&i];
             let mut users = 0usize;
             for m in inp.messages.iter().map(|&at| &decoded.messages[at]) {
@@ -481,7 +863,7 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
                 }
             }
             users_seen = users_seen.max(users);
-            let out = gen_output(o, &path, line)?;
+            let out = gen_output(o, i, line)?;
             for c in &out.tool_calls {
                 pending.push_back((c.name.clone(), c.id.clone()));
                 if let Some(id) = &c.id {
@@ -495,10 +877,10 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
                 usage: usage_of(o),
             });
         } else if is_tool_obs(o) {
-            let Some(name) = o.name.clone() else {
+            let Some(name) = o.name.as_ref().map(|n| n.as_str().to_string()) else {
                 return Err(RecordError::at(
                     line,
-                    format!("{path}.name"),
+                    format!("observations[{i}].name"),
                     "a TOOL observation needs the tool's name",
                 ));
             };
@@ -508,10 +890,15 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
                 .position(|(n, _)| *n == name)
                 .and_then(|p| pending.remove(p))
                 .and_then(|(_, id)| id);
-            let is_error = o.level.as_deref() == Some("ERROR");
+            let is_error = o.level.as_ref().map(Text::as_str) == Some("ERROR");
+            // A null output was read as `None`.
             let content = match &o.output {
-                None | Some(Value::Null) => o.status_message.clone().unwrap_or_default(),
-                Some(v) => value_to_text(v),
+                None => o
+                    .status_message
+                    .as_ref()
+                    .map(|m| m.as_str().to_string())
+                    .unwrap_or_default(),
+                Some(v) => v.text(),
             };
             steps.push(Step::ToolResult {
                 call_id,
@@ -525,8 +912,8 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
 
     let task = match task {
         Some(t) => t,
-        None => match &trace.input {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        None => match trace.input.and_then(|s| s.0) {
+            Some(s) if !s.trim().is_empty() => s.into_owned(),
             _ => {
                 return Err(RecordError::at(
                     line,
@@ -536,8 +923,8 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
             }
         },
     };
-    let final_answer = last_answer(&steps).or_else(|| match &trace.output {
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+    let final_answer = last_answer(&steps).or_else(|| match trace.output.and_then(|s| s.0) {
+        Some(s) if !s.is_empty() => Some(s.into_owned()),
         _ => None,
     });
     Ok(Trajectory {
@@ -589,24 +976,25 @@ fn outcome_from_scores(scores: &[Score]) -> Outcome {
     let mut comments: Vec<String> = Vec::new();
     for s in ordered {
         let number = s.value.as_ref().and_then(Value::as_f64);
-        match s.data_type.as_deref() {
+        match s.data_type.as_ref().map(Text::as_str) {
             Some("BOOLEAN") if out.success.is_none() => {
-                let flag = number
-                    .map(|v| v >= 0.5)
-                    .or(match s.string_value.as_deref() {
-                        Some(v) if v.eq_ignore_ascii_case("true") => Some(true),
-                        Some(v) if v.eq_ignore_ascii_case("false") => Some(false),
-                        _ => None,
-                    });
+                let flag =
+                    number
+                        .map(|v| v >= 0.5)
+                        .or(match s.string_value.as_ref().map(Text::as_str) {
+                            Some(v) if v.eq_ignore_ascii_case("true") => Some(true),
+                            Some(v) if v.eq_ignore_ascii_case("false") => Some(false),
+                            _ => None,
+                        });
                 if flag.is_some() {
                     out.success = flag;
-                    comments.extend(s.comment.clone());
+                    comments.extend(s.comment.as_ref().map(|c| c.as_str().to_string()));
                 }
             }
             Some("NUMERIC") | None if out.score.is_none() => {
                 if let Some(v) = number.filter(|v| (0.0..=1.0).contains(v)) {
                     out.score = Some(v);
-                    comments.extend(s.comment.clone());
+                    comments.extend(s.comment.as_ref().map(|c| c.as_str().to_string()));
                 }
             }
             _ => {}
@@ -721,6 +1109,46 @@ mod tests {
             Some("observations[1].input.messages[1].role"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn values_the_lean_pass_drops_are_still_checked() {
+        // Neither field is used (an AGENT output, a usage total), but a `Value` decode rejected them, so the record
+        // is still an error, named at the same path.
+        let agent = |field: &str| {
+            format!(r#"{{"type": "AGENT", "startTime": "2025-06-02T09:15:00.000Z", {field}}}"#)
+        };
+        for (field, path, message) in [
+            (
+                r#""output": {"a": "\ud800"}"#,
+                "observations[0].output.a",
+                "unexpected end of hex escape",
+            ),
+            (
+                r#""usage": {"total": 1e999}"#,
+                "observations[0].usage.total",
+                "number out of range",
+            ),
+            (
+                r#""usage": 5"#,
+                "observations[0].usage",
+                "invalid type: integer `5`, expected a map",
+            ),
+        ] {
+            let e = parse(&trace(&[agent(field)]), 2).expect_err(field);
+            assert_eq!(e.path.as_deref(), Some(path), "{e}");
+            assert!(e.message.starts_with(message), "{e}");
+        }
+        // serde_json's private raw-value key makes a `Value` decode read the string as JSON: the strict pass does.
+        let t = parse(
+            &trace(&[
+                agent(r#""metadata": {"$serde_json::private::RawValue": "{\"a\": 1}"}"#),
+                generation(1, r#"[{"role": "user", "content": "task"}]"#, r#""done""#),
+            ]),
+            1,
+        )
+        .expect("trace");
+        assert_eq!(t.final_answer.as_deref(), Some("done"));
     }
 
     #[test]
