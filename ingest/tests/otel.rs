@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use std::io::Cursor;
-use tooltune_core::Step;
+use tooltune_core::{Step, Trajectory};
 use tooltune_ingest::{ChunkReader, FormatChoice, Parsed, ReadOptions};
 
 fn s(k: &str, v: &str) -> Value {
@@ -48,6 +48,17 @@ fn user(text: &str) -> Value {
 
 fn answer(text: &str) -> Value {
     json!({"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"})
+}
+
+/// The texts of a trajectory's tool results, in order.
+fn tool_results(t: &Trajectory) -> Vec<&str> {
+    t.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn read(text: String, opts: ReadOptions) -> Vec<Parsed> {
@@ -389,15 +400,7 @@ fn a_history_message_that_changes_in_place_is_read_again() {
     );
     let out = read(line(vec![c1, c2, root]), ReadOptions::default());
     let traj = out[0].result.as_ref().expect("trace");
-    let results: Vec<&str> = traj
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::ToolResult { content, .. } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(results, ["fresh"]);
+    assert_eq!(tool_results(traj), ["fresh"]);
 }
 
 /// A three-turn trace whose chat spans repeat the history; `write` formats each span's input messages.
@@ -463,15 +466,7 @@ fn a_history_read_in_appended_parts_equals_one_read_whole() {
     let a = compact[0].result.as_ref().expect("compact");
     let b = pretty[0].result.as_ref().expect("pretty");
     assert_eq!(a, b);
-    let results: Vec<&str> = a
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::ToolResult { content, .. } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(results, ["2 \"two\"", "2\n"]);
+    assert_eq!(tool_results(a), ["2 \"two\"", "2\n"]);
     assert_eq!(a.steps.len(), 5);
 }
 
