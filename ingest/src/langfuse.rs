@@ -26,6 +26,34 @@ use tooltune_core::{Meta, Outcome, Step, Timing, ToolSpec, Trajectory, Usage};
 // (an ordered map and a `String` per key) and `String`s was most of the first pass's cost, and most of them
 // (metadata, usage totals and units, AGENT outputs) are never read.
 
+/// The scalar visitor methods of a visitor that takes any scalar as `$v` (and, with `str`, any string too): the
+/// visitors below read only some shapes of a free-form value and treat the others as absent.
+macro_rules! scalars_give {
+    ($v:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+    };
+    ($v:expr, str) => {
+        scalars_give!($v);
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($v)
+        }
+    };
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Trace<'a> {
@@ -257,21 +285,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrOnly<'a> {
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(StrOnly(Some(Cow::Owned(v.to_string()))))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(StrOnly(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(StrOnly(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(StrOnly(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(StrOnly(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(StrOnly(None))
-            }
+            scalars_give!(StrOnly(None));
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 Checked.visit_seq(seq).map(|()| StrOnly(None))
             }
@@ -297,24 +311,7 @@ impl<'de> Deserialize<'de> for ToolsOf {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any valid JSON value")
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(ToolsOf(None))
-            }
+            scalars_give!(ToolsOf(None), str);
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 Checked.visit_seq(seq).map(|()| ToolsOf(None))
             }
@@ -393,24 +390,7 @@ impl<'de> Visitor<'de> for Checked {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any valid JSON value")
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
+    scalars_give!((), str);
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while seq.next_element_seed(Checked)?.is_some() {}
         Ok(())
@@ -501,24 +481,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawList<'a> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 Ok(RawList(None))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(RawList(None))
-            }
+            scalars_give!(RawList(None), str);
         }
         d.deserialize_any(V(PhantomData))
     }
@@ -579,21 +542,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawInput<'a> {
             fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
                 Ok(RawInput::Prompt(v))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(RawInput::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(RawInput::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(RawInput::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(RawInput::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(RawInput::Other)
-            }
+            scalars_give!(RawInput::Other);
         }
         d.deserialize_any(V(PhantomData))
     }
