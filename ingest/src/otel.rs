@@ -810,6 +810,9 @@ struct History<'a> {
     decoded: Vec<OMsg>,
     /// The previous input as written, and its messages as indices into `decoded`.
     previous: Option<(Str<'a>, Vec<usize>)>,
+    /// The previous input unescaped, when it was read whole: the next whole read compares against it rather
+    /// than unescaping it again.
+    previous_text: Option<Cow<'a, str>>,
 }
 
 /// When the array `cur` is the array `prev` with elements appended, both as written inside a JSON string, the text
@@ -846,6 +849,7 @@ impl<'a> History<'a> {
             let mut out = shared.clone();
             if self.decode_tail(rec, key, i, tail, &mut out).is_some() {
                 self.previous = Some((text, out.clone()));
+                self.previous_text = None;
                 return Ok(Some(out));
             }
             // Something in the new messages is wrong: the full read below says what, as for any input.
@@ -864,7 +868,10 @@ impl<'a> History<'a> {
             )
         })?;
         // Messages equal to the one at the same place in the previous input are shared.
-        let prev_text = self.previous.as_ref().map(|(p, _)| p.text());
+        let prev_text = match self.previous_text.take() {
+            Some(t) => Some(t),
+            None => self.previous.as_ref().map(|(p, _)| p.text()),
+        };
         let prev: Vec<&RawValue> = prev_text
             .as_deref()
             .and_then(|t| serde_json::from_str(t).ok())
@@ -892,6 +899,7 @@ impl<'a> History<'a> {
             out.push(idx);
         }
         self.previous = Some((text, out.clone()));
+        self.previous_text = Some(decoded);
         Ok(Some(out))
     }
 
