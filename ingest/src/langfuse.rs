@@ -21,6 +21,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use tooltune_core::{Meta, Outcome, Step, Timing, ToolSpec, Trajectory, Usage};
 
+mod fast;
+
 // The first pass allocates little: strings borrow from the line when they hold no escapes ([`Text`]), and of the
 // free-form values (outputs, metadata, usage) only what `convert` reads is built. Building them all as `Value`s
 // (an ordered map and a `String` per key) and `String`s was most of the first pass's cost, and most of them
@@ -121,11 +123,16 @@ struct Score<'a> {
 
 /// Parses and validates one Langfuse trace.
 pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
-    let trace: Trace = match serde_json::from_str(text) {
+    // Three passes, each only for what the one before gave up on: the scanner (fast.rs), the lean serde pass, and
+    // the full decode with the declared types and path tracking, which names an error exactly as it always has.
+    // Each pass fails on every record the next one fails on (and, conservatively, on a few odd ones it cannot
+    // judge), so a record reads the same whichever pass reads it.
+    let trace: Trace = match fast::trace(text) {
         Ok(trace) => trace,
-        // The lean pass fails on every record the full decode fails on (and, conservatively, on a few odd ones it
-        // cannot judge); the full decode, with path tracking, names the error exactly as it always has.
-        Err(_) => strict(|| from_json(text, line))?,
+        Err(_) => match serde_json::from_str(text) {
+            Ok(trace) => trace,
+            Err(_) => strict(|| from_json(text, line))?,
+        },
     };
     let t = convert(trace, line)?;
     finish(Format::Langfuse, t, line)
@@ -446,9 +453,9 @@ enum RawInput<'a> {
     /// A message list: a bare array, or the `messages` of `{tools, messages}` (what the OpenAI integration logs
     /// when tools were passed).
     Request {
-        messages: Vec<&'a RawValue>,
+        messages: Vec<&'a str>,
         /// `tools` and `functions`, when they are arrays.
-        tools: Vec<&'a RawValue>,
+        tools: Vec<&'a str>,
         /// Whether the messages were the `messages` field of an object (for error paths).
         in_object: bool,
     },
@@ -460,7 +467,7 @@ enum RawInput<'a> {
 }
 
 /// A JSON array kept as its raw elements; any other value counts as absent.
-struct RawList<'a>(Option<Vec<&'a RawValue>>);
+struct RawList<'a>(Option<Vec<&'a str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for RawList<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -473,7 +480,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawList<'a> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let mut items = Vec::new();
                 while let Some(item) = seq.next_element::<&'a RawValue>()? {
-                    items.push(item);
+                    items.push(item.get());
                 }
                 Ok(RawList(Some(items)))
             }
@@ -513,7 +520,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawInput<'a> {
                         "tools" | "functions" => {
                             let raw: &'a RawValue = map.next_value()?;
                             if raw.get().starts_with('[') {
-                                tools.push(raw);
+                                tools.push(raw.get());
                             }
                         }
                         _ => {
@@ -606,11 +613,11 @@ impl<'a> GenInputs<'a> {
             }
         };
         for list in tool_lists {
-            if !self.tool_lists.contains(&list.get()) {
-                self.tool_lists.push(list.get());
-                let Ok(ts) = cached_tools(list.get(), || {
+            if !self.tool_lists.contains(list) {
+                self.tool_lists.push(list);
+                let Ok(ts) = cached_tools(list, || {
                     // The reading pass already checked this is a well-formed JSON array, so it decodes.
-                    let ts: Vec<Value> = serde_json::from_str(list.get()).unwrap_or_default();
+                    let ts: Vec<Value> = serde_json::from_str(list).unwrap_or_default();
                     Ok::<_, std::convert::Infallible>(ts.iter().filter_map(tool_spec).collect())
                 });
                 add_tools(&mut self.tools, ts);
@@ -618,7 +625,7 @@ impl<'a> GenInputs<'a> {
         }
         let mut current = Vec::with_capacity(raw.len());
         for (i, m) in raw.iter().enumerate() {
-            let text = m.get();
+            let text = *m;
             let at = match self.previous.get(i) {
                 Some(&(prev, at)) if prev == text => at,
                 _ => {
@@ -1128,5 +1135,28 @@ mod tests {
         assert_eq!(o.score, Some(0.0));
         assert_eq!(o.success, Some(false));
         assert_eq!(o.feedback.as_deref(), Some("expected 69504"));
+    }
+
+    /// The scanner must read what real exports hold (else every record pays for a pass that gives up) and build
+    /// what the serde pass builds.
+    #[test]
+    fn the_scanner_reads_the_fixtures_and_samples_as_the_serde_pass_does() {
+        let lines = include_str!("../tests/fixtures/langfuse.jsonl")
+            .lines()
+            .chain(include_str!("../samples/langfuse.jsonl").lines())
+            .filter(|l| !l.trim().is_empty());
+        let mut n = 0;
+        for (i, line) in lines.enumerate() {
+            let fast =
+                fast::trace(line).unwrap_or_else(|_| panic!("the scanner gave up on line {i}"));
+            let lean: Trace = serde_json::from_str(line).expect("valid");
+            assert_eq!(
+                format!("{:?}", convert(fast, 1)),
+                format!("{:?}", convert(lean, 1)),
+                "line {i}"
+            );
+            n += 1;
+        }
+        assert!(n >= 10, "{n}");
     }
 }

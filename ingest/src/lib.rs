@@ -15,6 +15,7 @@ mod langfuse;
 mod openai;
 mod otel;
 mod reader;
+mod scan;
 mod tooltune;
 
 use std::fmt;

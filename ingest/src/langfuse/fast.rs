@@ -1,0 +1,278 @@
+//! The Langfuse reader's fastest first pass: the trace read with [`crate::scan`], skipping by comparison the
+//! message histories and tool lists each GENERATION repeats.
+//!
+//! It builds the same [`Trace`] the serde passes build, field by field as their declarations read them, and gives
+//! up on anything else (a repeated field, a missing one, a wrong type): the serde passes then read the record.
+//! Free-form values it needs (outputs that are not strings, usage, metadata, score values) are checked by the
+//! scanner and then decoded by serde_json from their own text, through the same `Deserialize` impls, so they read
+//! exactly as before.
+
+use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
+use crate::scan::{Known, Reject, Scan};
+use serde::Deserialize;
+use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+/// Tool lists seen in this thread's earlier records: most traces of one file show the same tools.
+const REMEMBERED_TOOL_LISTS: usize = 8;
+
+thread_local! {
+    static TOOL_LISTS: RefCell<VecDeque<(Box<str>, usize)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// What repeats within one trace.
+#[derive(Default)]
+struct Repeats<'a> {
+    /// The messages of the last input read: the next input usually starts with the same ones.
+    messages: Vec<Known<'a>>,
+    tool_lists: Vec<Known<'a>>,
+}
+
+/// Reads one trace, or gives up.
+pub(super) fn trace(text: &str) -> Result<Trace<'_>, Reject> {
+    let mut s = Scan::new(text);
+    let mut rep = Repeats::default();
+    let (mut id, mut timestamp, mut input, mut output) = (None, None, None, None);
+    let (mut metadata, mut observations, mut scores) = (None, None, None);
+    s.object(|s, key| match key {
+        "id" => once(&mut id, s.str()?.into_owned()),
+        "timestamp" => once(&mut timestamp, opt(s, |s| Ok(s.str()?.into_owned()))?),
+        "input" => once(&mut input, str_only(s)?),
+        "output" => once(&mut output, str_only(s)?),
+        "metadata" => once(&mut metadata, opt_de::<ToolsOf>(s)?),
+        "observations" => {
+            let mut list = Vec::new();
+            s.array(|s, _| {
+                list.push(observation(s, &mut rep)?);
+                Ok(())
+            })?;
+            once(&mut observations, list)
+        }
+        "scores" => {
+            let mut list = Vec::new();
+            s.array(|s, _| {
+                list.push(score(s)?);
+                Ok(())
+            })?;
+            once(&mut scores, list)
+        }
+        _ => s.value().map(drop),
+    })?;
+    s.end()?;
+    Ok(Trace {
+        id: id.ok_or(Reject)?,
+        timestamp: timestamp.flatten(),
+        input: input.flatten(),
+        output: output.flatten(),
+        metadata: metadata.flatten(),
+        observations: observations.unwrap_or_default(),
+        scores: scores.unwrap_or_default(),
+    })
+}
+
+/// Sets a field once: a derived `Deserialize` rejects a repeated field.
+fn once<T>(slot: &mut Option<T>, v: T) -> Result<(), Reject> {
+    match slot {
+        Some(_) => Err(Reject),
+        None => {
+            *slot = Some(v);
+            Ok(())
+        }
+    }
+}
+
+/// An `Option` field: `null` is `None`.
+fn opt<'a, T>(
+    s: &mut Scan<'a>,
+    f: impl FnOnce(&mut Scan<'a>) -> Result<T, Reject>,
+) -> Result<Option<T>, Reject> {
+    if s.null()? { Ok(None) } else { f(s).map(Some) }
+}
+
+/// An `Option` field decoded by serde_json from the value's own text, once the scanner has checked it.
+fn opt_de<'a, T: Deserialize<'a>>(s: &mut Scan<'a>) -> Result<Option<T>, Reject> {
+    opt(s, |s| serde_json::from_str(s.value()?).map_err(|_| Reject))
+}
+
+fn text<'a>(s: &mut Scan<'a>) -> Result<Option<Text<'a>>, Reject> {
+    opt(s, |s| s.str().map(Text))
+}
+
+fn str_only<'a>(s: &mut Scan<'a>) -> Result<Option<StrOnly<'a>>, Reject> {
+    if s.peek()? == b'"' {
+        return Ok(Some(StrOnly(Some(s.str()?))));
+    }
+    opt_de(s)
+}
+
+fn observation<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<Observation<'a>, Reject> {
+    let (mut kind, mut name, mut start_time, mut end_time) = (None, None, None, None);
+    let (mut input, mut output, mut metadata, mut model) = (None, None, None, None);
+    let (mut usage, mut usage_details, mut level, mut status_message) = (None, None, None, None);
+    s.object(|s, key| match key {
+        "type" => once(&mut kind, s.str()?),
+        "name" => once(&mut name, text(s)?),
+        "startTime" => once(&mut start_time, s.str()?),
+        "endTime" => once(&mut end_time, text(s)?),
+        "input" => once(&mut input, raw_input(s, rep)?),
+        "output" => {
+            let v = if s.peek()? == b'"' {
+                Some(Output::Str(s.str()?))
+            } else {
+                opt_de::<Output>(s)?
+            };
+            once(&mut output, v)
+        }
+        "metadata" => once(&mut metadata, opt_de::<ToolsOf>(s)?),
+        "model" => once(&mut model, text(s)?),
+        "usage" => once(&mut usage, opt_de::<Counts>(s)?),
+        "usageDetails" => once(&mut usage_details, opt_de::<Counts>(s)?),
+        "level" => once(&mut level, text(s)?),
+        "statusMessage" => once(&mut status_message, text(s)?),
+        _ => s.value().map(drop),
+    })?;
+    Ok(Observation {
+        kind: kind.ok_or(Reject)?,
+        name: name.flatten(),
+        start_time: start_time.ok_or(Reject)?,
+        end_time: end_time.flatten(),
+        input: input.unwrap_or_default(),
+        output: output.flatten(),
+        metadata: metadata.flatten(),
+        model: model.flatten(),
+        usage: usage.flatten(),
+        usage_details: usage_details.flatten(),
+        level: level.flatten(),
+        status_message: status_message.flatten(),
+    })
+}
+
+/// An observation's input, as [`RawInput`]'s `Deserialize` reads it.
+fn raw_input<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<RawInput<'a>, Reject> {
+    match s.peek()? {
+        b'[' => Ok(RawInput::Request {
+            messages: messages(s, rep)?,
+            tools: Vec::new(),
+            in_object: false,
+        }),
+        b'{' => {
+            let mut messages_at = None;
+            let mut tools = Vec::new();
+            s.object(|s, key| {
+                match key {
+                    // As in a map, a repeated key's last value counts; a non-array is no messages.
+                    "messages" if s.peek()? == b'[' => messages_at = Some(messages(s, rep)?),
+                    "messages" => {
+                        s.value()?;
+                        messages_at = None;
+                    }
+                    "tools" | "functions" => {
+                        let list = tool_list(s, rep)?;
+                        if list.starts_with('[') {
+                            tools.push(list);
+                        }
+                    }
+                    _ => {
+                        s.value()?;
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(match messages_at {
+                Some(messages) => RawInput::Request {
+                    messages,
+                    tools,
+                    in_object: true,
+                },
+                None if !tools.is_empty() => RawInput::Request {
+                    messages: Vec::new(),
+                    tools,
+                    in_object: true,
+                },
+                None => RawInput::Other,
+            })
+        }
+        b'"' => Ok(RawInput::Prompt(s.str()?.into_owned())),
+        _ => s.value().map(|_| RawInput::Other),
+    }
+}
+
+/// A message list: each message that equals the one at its place in the previous list is skipped by comparison.
+fn messages<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<Vec<&'a str>, Reject> {
+    let previous = std::mem::take(&mut rep.messages);
+    let mut now = Vec::with_capacity(previous.len() + 2);
+    s.array(|s, i| {
+        let repeated = previous.get(i).and_then(|&p| s.skip_known(p));
+        now.push(match repeated {
+            Some(text) => Known {
+                text,
+                depth: previous[i].depth,
+            },
+            None => s.known_value()?,
+        });
+        Ok(())
+    })?;
+    let texts = now.iter().map(|k| k.text).collect();
+    rep.messages = now;
+    Ok(texts)
+}
+
+/// A `tools` or `functions` value: a tool list already seen (in this trace or this thread's earlier ones) is
+/// skipped by comparison.
+fn tool_list<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<&'a str, Reject> {
+    if let Some(text) = rep.tool_lists.iter().find_map(|&k| s.skip_known(k)) {
+        return Ok(text);
+    }
+    let remembered = TOOL_LISTS.with_borrow(|lists| {
+        lists.iter().find_map(|(text, depth)| {
+            s.skip_known(Known {
+                text,
+                depth: *depth,
+            })
+            .map(|t| Known {
+                text: t,
+                depth: *depth,
+            })
+        })
+    });
+    let known = match remembered {
+        Some(k) => k,
+        None => {
+            let k = s.known_value()?;
+            if k.text.starts_with('[') {
+                TOOL_LISTS.with_borrow_mut(|lists| {
+                    if lists.len() == REMEMBERED_TOOL_LISTS {
+                        lists.pop_back();
+                    }
+                    lists.push_front((k.text.into(), k.depth));
+                });
+            }
+            k
+        }
+    };
+    rep.tool_lists.push(known);
+    Ok(known.text)
+}
+
+fn score<'a>(s: &mut Scan<'a>) -> Result<Score<'a>, Reject> {
+    let (mut name, mut value, mut string_value) = (None, None, None);
+    let (mut data_type, mut comment, mut observation_id) = (None, None, None);
+    s.object(|s, key| match key {
+        "name" => once(&mut name, s.str()?),
+        "value" => once(&mut value, opt_de::<Value>(s)?),
+        "stringValue" => once(&mut string_value, text(s)?),
+        "dataType" => once(&mut data_type, text(s)?),
+        "comment" => once(&mut comment, text(s)?),
+        "observationId" => once(&mut observation_id, text(s)?),
+        _ => s.value().map(drop),
+    })?;
+    Ok(Score {
+        name: name.ok_or(Reject)?,
+        value: value.flatten(),
+        string_value: string_value.flatten(),
+        data_type: data_type.flatten(),
+        comment: comment.flatten(),
+        observation_id: observation_id.flatten(),
+    })
+}

@@ -1,0 +1,472 @@
+//! A strict JSON scanner for the readers' fastest first pass: it walks a record's text without building anything,
+//! hands out the text of the values a reader needs, and recognises a value it has already checked by comparing
+//! bytes.
+//!
+//! Trace formats repeat themselves: every model turn of a Langfuse trace carries the whole tool list and the whole
+//! message history again. serde_json has to read each copy character by character, even to skip it. Here a value
+//! whose text equals one checked before (earlier in the record, or a tool list seen in an earlier record) is skipped
+//! with one comparison: equal text is the same complete JSON value.
+//!
+//! The scanner never decides an error. It accepts only what serde_json accepts, and it gives up ([`Reject`]) on
+//! anything it is not sure of: invalid JSON, but also escaped keys, surrogate escapes, numbers near the limits of
+//! `f64`, nesting deeper than [`MAX_DEPTH`]. The caller then reads the record with serde_json, which either reads it
+//! or names its error exactly as it always has. So the scanner may be stricter than serde_json, never looser.
+
+use std::borrow::Cow;
+
+/// The scanner gave up on a record: it is invalid, or holds something the scanner leaves to serde_json.
+#[derive(Debug)]
+pub(crate) struct Reject;
+
+/// Deeper nesting is left to serde_json, whose own limit is 128 (counted the same way: one per array or object).
+/// Staying under it means a value the scanner accepts also nests legally wherever serde_json meets it.
+pub(crate) const MAX_DEPTH: usize = 100;
+
+/// A value the scanner checked once, kept to recognise its copies: its text and how deep it nests.
+#[derive(Clone, Copy)]
+pub(crate) struct Known<'t> {
+    pub(crate) text: &'t str,
+    pub(crate) depth: usize,
+}
+
+/// A position in one record's text.
+pub(crate) struct Scan<'a> {
+    text: &'a str,
+    pos: usize,
+    depth: usize,
+    /// The deepest nesting reached so far, for [`Known::depth`].
+    peak: usize,
+}
+
+/// One 8-byte word with every byte set to `b`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+const LOW: u64 = splat(0x01);
+const HIGH: u64 = splat(0x80);
+
+/// Where in `b`, from `i` on, a string's plain run ends: the first quote, backslash or control character (which
+/// JSON forbids unescaped), or `b.len()`. Eight bytes at a time: most of a trace's text is long strings.
+#[inline]
+fn plain_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = b.get(i..i + 8) {
+        let Ok(bytes) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let w = u64::from_le_bytes(bytes);
+        // A byte below 0x20, or equal to `"` or `\` (a zero byte of the xor), sets its high bit here. Borrows can
+        // only flag bytes above the first true one, so the lowest flag is exact.
+        let quote = w ^ splat(b'"');
+        let slash = w ^ splat(b'\\');
+        let flags = ((w.wrapping_sub(splat(0x20)) & !w)
+            | (quote.wrapping_sub(LOW) & !quote)
+            | (slash.wrapping_sub(LOW) & !slash))
+            & HIGH;
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+impl<'a> Scan<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        Scan {
+            text,
+            pos: 0,
+            depth: 0,
+            peak: 0,
+        }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn skip_ws(&mut self) {
+        let b = self.bytes();
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    pub(crate) fn peek(&mut self) -> Result<u8, Reject> {
+        self.skip_ws();
+        self.bytes().get(self.pos).copied().ok_or(Reject)
+    }
+
+    fn eat(&mut self, c: u8) -> Result<(), Reject> {
+        if self.peek()? == c {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(Reject)
+        }
+    }
+
+    /// Nothing but whitespace is left.
+    pub(crate) fn end(&mut self) -> Result<(), Reject> {
+        self.skip_ws();
+        if self.pos == self.text.len() {
+            Ok(())
+        } else {
+            Err(Reject)
+        }
+    }
+
+    /// Consumes a `null` if one is next.
+    pub(crate) fn null(&mut self) -> Result<bool, Reject> {
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), Reject> {
+        if self.bytes()[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(Reject)
+        }
+    }
+
+    /// A string (the next value must be one): its text between the quotes as written, and whether it has escapes.
+    fn raw_str(&mut self) -> Result<(&'a str, bool), Reject> {
+        self.eat(b'"')?;
+        let b = self.bytes();
+        let start = self.pos;
+        let mut escaped = false;
+        let mut i = start;
+        loop {
+            i = plain_end(b, i);
+            match b.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    i = self.escape(i + 1)?;
+                }
+                // A control character, or the end of the text.
+                _ => return Err(Reject),
+            }
+        }
+        self.pos = i + 1;
+        // Quotes and backslashes are ASCII, so both ends are character boundaries.
+        Ok((self.text.get(start..i).ok_or(Reject)?, escaped))
+    }
+
+    /// Checks the escape whose letter is at `i`; returns where the string goes on. Surrogate escapes (`\ud83d`)
+    /// are left to serde_json, which pairs them or rejects them.
+    fn escape(&self, i: usize) -> Result<usize, Reject> {
+        let b = self.bytes();
+        match b.get(i) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 1),
+            Some(b'u') => {
+                let hex = b.get(i + 1..i + 5).ok_or(Reject)?;
+                let mut code = 0u32;
+                for &h in hex {
+                    code = code * 16 + char::from(h).to_digit(16).ok_or(Reject)?;
+                }
+                if (0xD800..=0xDFFF).contains(&code) {
+                    return Err(Reject);
+                }
+                Ok(i + 5)
+            }
+            _ => Err(Reject),
+        }
+    }
+
+    /// A string value, unescaped: borrowed from the record unless it has escapes.
+    pub(crate) fn str(&mut self) -> Result<Cow<'a, str>, Reject> {
+        let start = self.pos;
+        let (raw, escaped) = self.raw_str()?;
+        if !escaped {
+            return Ok(Cow::Borrowed(raw));
+        }
+        // Rare: let serde_json unescape the string exactly as it does everywhere else.
+        let quoted = self.text.get(start..self.pos).ok_or(Reject)?;
+        let quoted = quoted.trim_start();
+        serde_json::from_str::<String>(quoted)
+            .map(Cow::Owned)
+            .map_err(|_| Reject)
+    }
+
+    /// An object: `f` is called with each key and must consume its value. Keys with escapes are left to
+    /// serde_json (an escaped key can spell a field name).
+    pub(crate) fn object(
+        &mut self,
+        mut f: impl FnMut(&mut Self, &'a str) -> Result<(), Reject>,
+    ) -> Result<(), Reject> {
+        self.eat(b'{')?;
+        self.enter()?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            let (key, escaped) = self.raw_str()?;
+            if escaped {
+                return Err(Reject);
+            }
+            self.eat(b':')?;
+            f(self, key)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(());
+                }
+                _ => return Err(Reject),
+            }
+        }
+    }
+
+    /// An array: `f` is called with each element's index and must consume the element.
+    pub(crate) fn array(
+        &mut self,
+        mut f: impl FnMut(&mut Self, usize) -> Result<(), Reject>,
+    ) -> Result<(), Reject> {
+        self.eat(b'[')?;
+        self.enter()?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        let mut i = 0;
+        loop {
+            f(self, i)?;
+            i += 1;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(());
+                }
+                _ => return Err(Reject),
+            }
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), Reject> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Reject);
+        }
+        self.peak = self.peak.max(self.depth);
+        Ok(())
+    }
+
+    /// Checks and skips any value; returns its text.
+    pub(crate) fn value(&mut self) -> Result<&'a str, Reject> {
+        Ok(self.known_value()?.text)
+    }
+
+    /// [`value`](Self::value), also giving how deep the value nests, to recognise its copies later.
+    pub(crate) fn known_value(&mut self) -> Result<Known<'a>, Reject> {
+        let start = self.peek().map(|_| self.pos)?;
+        let outer = self.peak;
+        self.peak = self.depth;
+        self.any()?;
+        let depth = self.peak - self.depth;
+        self.peak = self.peak.max(outer);
+        Ok(Known {
+            text: self.text.get(start..self.pos).ok_or(Reject)?,
+            depth,
+        })
+    }
+
+    fn any(&mut self) -> Result<(), Reject> {
+        match self.peek()? {
+            b'"' => self.raw_str().map(drop),
+            b'{' => self.object(|s, _| s.any()),
+            b'[' => self.array(|s, _| s.any()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(Reject),
+        }
+    }
+
+    /// A number in JSON's grammar. Numbers that could leave `f64`'s range when a `Value` reads them (more than
+    /// 100 digits, or an exponent of three digits or more) are left to serde_json.
+    fn number(&mut self) -> Result<(), Reject> {
+        let b = self.bytes();
+        let mut i = self.pos;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        let digits = |i: &mut usize| {
+            let start = *i;
+            while b.get(*i).is_some_and(u8::is_ascii_digit) {
+                *i += 1;
+            }
+            *i - start
+        };
+        let int = match b.get(i) {
+            Some(b'0') => {
+                i += 1;
+                1
+            }
+            Some(b'1'..=b'9') => digits(&mut i),
+            _ => return Err(Reject),
+        };
+        let mut frac = 0;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            frac = digits(&mut i);
+            if frac == 0 {
+                return Err(Reject);
+            }
+        }
+        if let Some(b'e' | b'E') = b.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = b.get(i) {
+                i += 1;
+            }
+            let exp = digits(&mut i);
+            if exp == 0 || exp > 2 {
+                return Err(Reject);
+            }
+        }
+        if int + frac > 100 {
+            return Err(Reject);
+        }
+        self.pos = i;
+        Ok(())
+    }
+
+    /// Skips the next value if its text is `known`'s and, at this depth, it nests legally; gives its text (in
+    /// this record) if it did.
+    pub(crate) fn skip_known(&mut self, known: Known<'_>) -> Option<&'a str> {
+        self.skip_ws();
+        let start = self.pos;
+        if self.depth + known.depth <= MAX_DEPTH
+            && self.bytes()[start..].starts_with(known.text.as_bytes())
+        {
+            self.pos += known.text.len();
+            self.peak = self.peak.max(self.depth + known.depth);
+            return self.text.get(start..self.pos);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the scanner accepts `text` as one value; serde_json must accept everything it accepts.
+    fn accepts(text: &str) -> bool {
+        let mut s = Scan::new(text);
+        let ok = s.value().is_ok() && s.end().is_ok();
+        if ok {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(text).is_ok(),
+                "scanner accepted what serde_json rejects: {text}"
+            );
+        }
+        ok
+    }
+
+    #[test]
+    fn accepts_what_serde_json_accepts() {
+        for ok in [
+            r#"{"a":[1,-2.5,3e10,0,-0,1E+2,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9"],"b":{}}"#,
+            " [ ] ",
+            r#""é and ☃""#,
+            "12345678901234567890123456789",
+        ] {
+            assert!(accepts(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_invalid_json_and_what_it_leaves_to_serde_json() {
+        for bad in [
+            "{",
+            "[1,]",
+            "{\"a\" 1}",
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "tru",
+            "nul",
+            "\"a",
+            "\"\t\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "[1] 2",
+            "{\"a\":1,}",
+            "\"\\ud83d\\ude00\"",
+            "1e400",
+            "{\"\\u0061\":1}",
+        ] {
+            assert!(!accepts(bad), "{bad}");
+        }
+        let deep = |n| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(accepts(&deep(MAX_DEPTH)));
+        assert!(!accepts(&deep(MAX_DEPTH + 1)));
+    }
+
+    #[test]
+    fn plain_runs_end_at_the_first_special_byte_wherever_it_falls() {
+        for len in 0..20 {
+            for special in [b'"', b'\\', 0x1f, 0x00] {
+                let mut b = vec![b'a'; len];
+                b.push(special);
+                b.extend_from_slice(b"\"\"\"");
+                assert_eq!(plain_end(&b, 0), len, "{len} {special}");
+            }
+            // Bytes of multi-byte characters and everything from 0x20 up are plain.
+            let b: Vec<u8> = (0..len).map(|i| [0x20, 0x7f, 0xc3, 0xff][i % 4]).collect();
+            assert_eq!(plain_end(&b, 0), len);
+        }
+    }
+
+    #[test]
+    fn a_known_value_is_skipped_only_where_it_nests_legally() {
+        let mut s = Scan::new("[[1],[[2]]]");
+        let mut seen = Vec::new();
+        s.array(|s, _| s.known_value().map(|k| seen.push(k)))
+            .expect("valid");
+        assert_eq!(seen[0].text, "[1]");
+        assert_eq!(seen[1].depth, 2);
+        let mut t = Scan::new("[[1],7]");
+        t.array(|t, i| {
+            if i == 0 {
+                assert_eq!(t.skip_known(seen[0]), Some("[1]"));
+                Ok(())
+            } else {
+                assert_eq!(t.skip_known(seen[0]), None);
+                t.value().map(drop)
+            }
+        })
+        .expect("valid");
+        // `[[2]]` nests two deep: legal under MAX_DEPTH - 2 open arrays, not under MAX_DEPTH - 1.
+        for (open, legal) in [(MAX_DEPTH - 2, true), (MAX_DEPTH - 1, false)] {
+            let text = format!("{}[[2]]{}", "[".repeat(open), "]".repeat(open));
+            let mut u = Scan::new(&text);
+            for _ in 0..open {
+                u.eat(b'[').expect("valid");
+                u.enter().expect("valid");
+            }
+            assert_eq!(u.skip_known(seen[1]).is_some(), legal);
+        }
+    }
+}
