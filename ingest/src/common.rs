@@ -162,39 +162,11 @@ pub(crate) fn chat_msg(v: &Value, default_role: &str) -> Result<ChatMsg, (String
         }
     };
     let text = o.get("content").and_then(content_text);
-    let mut tool_calls = Vec::new();
-    if let Some(calls) = o.get("tool_calls").filter(|c| !c.is_null()) {
-        let Value::Array(calls) = calls else {
-            return Err((
-                ".tool_calls".into(),
-                format!("expected an array, found {}", kind(calls)),
-            ));
-        };
-        for (i, c) in calls.iter().enumerate() {
-            let f = c.get("function").unwrap_or(c);
-            let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-                (
-                    format!(".tool_calls[{i}].function.name"),
-                    "missing tool name".to_string(),
-                )
-            })?;
-            tool_calls.push(ToolCall {
-                id: c.get("id").and_then(Value::as_str).map(str::to_string),
-                name: name.to_string(),
-                arguments: arguments_value(f.get("arguments")),
-            });
-        }
-    }
-    // The legacy `function_call` of the functions API is one call without an id.
-    if let Some(fc) = o.get("function_call").filter(|c| c.is_object())
-        && let Some(name) = fc.get("name").and_then(Value::as_str)
-    {
-        tool_calls.push(ToolCall {
-            id: None,
-            name: name.to_string(),
-            arguments: arguments_value(fc.get("arguments")),
-        });
-    }
+    let mut tool_calls = match o.get("tool_calls").filter(|c| !c.is_null()) {
+        Some(calls) => tool_calls(calls)?,
+        None => Vec::new(),
+    };
+    tool_calls.extend(o.get("function_call").and_then(function_call));
     Ok(ChatMsg {
         role,
         text,
@@ -203,6 +175,42 @@ pub(crate) fn chat_msg(v: &Value, default_role: &str) -> Result<ChatMsg, (String
             .get("tool_call_id")
             .and_then(Value::as_str)
             .map(str::to_string),
+    })
+}
+
+/// A message's `tool_calls` (not null). Errors as [`chat_msg`]'s.
+pub(crate) fn tool_calls(calls: &Value) -> Result<Vec<ToolCall>, (String, String)> {
+    let Value::Array(calls) = calls else {
+        return Err((
+            ".tool_calls".into(),
+            format!("expected an array, found {}", kind(calls)),
+        ));
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for (i, c) in calls.iter().enumerate() {
+        let f = c.get("function").unwrap_or(c);
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+            (
+                format!(".tool_calls[{i}].function.name"),
+                "missing tool name".to_string(),
+            )
+        })?;
+        out.push(ToolCall {
+            id: c.get("id").and_then(Value::as_str).map(str::to_string),
+            name: name.to_string(),
+            arguments: arguments_value(f.get("arguments")),
+        });
+    }
+    Ok(out)
+}
+
+/// The legacy `function_call` of the functions API: one call without an id, when it is an object with a name.
+pub(crate) fn function_call(fc: &Value) -> Option<ToolCall> {
+    let name = fc.as_object()?.get("name")?.as_str()?;
+    Some(ToolCall {
+        id: None,
+        name: name.to_string(),
+        arguments: arguments_value(fc.get("arguments")),
     })
 }
 

@@ -193,10 +193,12 @@ impl Text<'_> {
 // (serde_json's private raw-value key, which a `Value` decode treats specially) fails the lean pass, and
 // [`STRICT`] then decodes these fields as `Value`s.
 
-/// An observation's `output`: a string is borrowed; anything else is a `Value`.
+/// An observation's `output`: a string is borrowed; anything else is a `Value`, or (read by the scanner, which
+/// checked it) its text, decoded when it is used.
 enum Output<'a> {
     Str(Cow<'a, str>),
     Other(Value),
+    Raw(&'a str),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Output<'a> {
@@ -261,11 +263,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Output<'a> {
 
 impl Output<'_> {
     /// As [`value_to_text`] has it.
-    fn text(&self) -> String {
-        match self {
+    fn text(&self) -> Result<String, serde_json::Error> {
+        Ok(match self {
             Output::Str(s) => s.to_string(),
             Output::Other(v) => value_to_text(v),
-        }
+            Output::Raw(raw) => value_to_text(&serde_json::from_str(raw)?),
+        })
     }
 }
 
@@ -629,16 +632,26 @@ impl<'a> GenInputs<'a> {
             let at = match self.previous.get(i) {
                 Some(&(prev, at)) if prev == text => at,
                 _ => {
-                    let v: Value = serde_json::from_str(text).map_err(|e| {
-                        RecordError::at(
-                            line,
-                            format!("observations[{at_obs}]{at_list}[{i}]"),
-                            json_message(&e),
-                        )
-                    })?;
-                    let msg = chat_msg(&v, "user").map_err(|(p, e)| {
-                        RecordError::at(line, format!("observations[{at_obs}]{at_list}[{i}]{p}"), e)
-                    })?;
+                    let msg = match fast::message(text, "user") {
+                        Ok((msg, _)) => msg,
+                        // The scanner gave up: decode as a `Value`, which names the error if there is one.
+                        Err(_) => {
+                            let v: Value = serde_json::from_str(text).map_err(|e| {
+                                RecordError::at(
+                                    line,
+                                    format!("observations[{at_obs}]{at_list}[{i}]"),
+                                    json_message(&e),
+                                )
+                            })?;
+                            chat_msg(&v, "user").map_err(|(p, e)| {
+                                RecordError::at(
+                                    line,
+                                    format!("observations[{at_obs}]{at_list}[{i}]{p}"),
+                                    e,
+                                )
+                            })?
+                        }
+                    };
                     self.messages.push(msg);
                     self.messages.len() - 1
                 }
@@ -652,8 +665,22 @@ impl<'a> GenInputs<'a> {
 }
 
 fn gen_output(obs: &Observation, i: usize, line: u64) -> Result<ChatMsg, RecordError> {
+    let decoded: Value;
     let out = match &obs.output {
         None => return Ok(ChatMsg::default()),
+        Some(Output::Raw(raw)) => {
+            if let Ok((msg, true)) = fast::message(raw, "assistant") {
+                return Ok(msg);
+            }
+            // The scanner checked the text, so it decodes (see `Output::text`).
+            decoded = serde_json::from_str(raw).map_err(|e| {
+                RecordError::at(line, format!("observations[{i}].output"), json_message(&e))
+            })?;
+            match &decoded {
+                Value::Array(a) => a.first(),
+                v => Some(v),
+            }
+        }
         Some(Output::Str(s)) => {
             return Ok(ChatMsg {
                 role: "assistant".into(),
@@ -854,7 +881,11 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
                     .as_ref()
                     .map(|m| m.as_str().to_string())
                     .unwrap_or_default(),
-                Some(v) => v.text(),
+                // The scanner accepts only what a `Value` decode accepts, so this error cannot happen; it is
+                // reported rather than hidden should it ever.
+                Some(v) => v.text().map_err(|e| {
+                    RecordError::at(line, format!("observations[{i}].output"), json_message(&e))
+                })?,
             };
             steps.push(Step::ToolResult {
                 call_id,

@@ -202,7 +202,7 @@ impl<'a> Scan<'a> {
     }
 
     /// An object: `f` is called with each key and must consume its value. Keys with escapes are left to
-    /// serde_json (an escaped key can spell a field name).
+    /// serde_json (an escaped key can spell a field name), and so is serde_json's private key.
     pub(crate) fn object(
         &mut self,
         mut f: impl FnMut(&mut Self, &'a str) -> Result<(), Reject>,
@@ -216,7 +216,8 @@ impl<'a> Scan<'a> {
         }
         loop {
             let (key, escaped) = self.raw_str()?;
-            if escaped {
+            // serde_json gives its private raw-value key a meaning of its own when it decodes a `Value`.
+            if escaped || key.starts_with("$serde_json::private::") {
                 return Err(Reject);
             }
             self.eat(b':')?;
@@ -277,10 +278,18 @@ impl<'a> Scan<'a> {
 
     /// [`value`](Self::value), also giving how deep the value nests, to recognise its copies later.
     pub(crate) fn known_value(&mut self) -> Result<Known<'a>, Reject> {
+        self.known_with(Self::any)
+    }
+
+    /// The value `f` consumes, with how deep it nests, as [`known_value`](Self::known_value) gives it.
+    pub(crate) fn known_with(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<(), Reject>,
+    ) -> Result<Known<'a>, Reject> {
         let start = self.peek().map(|_| self.pos)?;
         let outer = self.peak;
         self.peak = self.depth;
-        self.any()?;
+        f(self)?;
         let depth = self.peak - self.depth;
         self.peak = self.peak.max(outer);
         Ok(Known {

@@ -8,17 +8,21 @@
 //! exactly as before.
 
 use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
+use crate::common::{ChatMsg, content_text, function_call, parse_arguments};
 use crate::scan::{Known, Reject, Scan};
 use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use tooltune_core::ToolCall;
 
-/// Tool lists seen in this thread's earlier records: most traces of one file show the same tools.
-const REMEMBERED_TOOL_LISTS: usize = 8;
+/// Tool definitions seen in this thread's earlier records: traces of one agent show the same tools, though not
+/// always in the same order.
+const REMEMBERED_TOOLS: usize = 64;
 
 thread_local! {
-    static TOOL_LISTS: RefCell<VecDeque<(Box<str>, usize)>> = const { RefCell::new(VecDeque::new()) };
+    static TOOLS: RefCell<VecDeque<(Box<str>, usize)>> = const { RefCell::new(VecDeque::new()) };
 }
 
 /// What repeats within one trace.
@@ -117,10 +121,10 @@ fn observation<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<Observatio
         "endTime" => once(&mut end_time, text(s)?),
         "input" => once(&mut input, raw_input(s, rep)?),
         "output" => {
-            let v = if s.peek()? == b'"' {
-                Some(Output::Str(s.str()?))
-            } else {
-                opt_de::<Output>(s)?
+            let v = match s.peek()? {
+                b'"' => Some(Output::Str(s.str()?)),
+                _ if s.null()? => None,
+                _ => Some(Output::Raw(s.value()?)),
             };
             once(&mut output, v)
         }
@@ -218,41 +222,42 @@ fn messages<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<Vec<&'a str>,
     Ok(texts)
 }
 
-/// A `tools` or `functions` value: a tool list already seen (in this trace or this thread's earlier ones) is
-/// skipped by comparison.
+/// A `tools` or `functions` value: a list already seen in this trace is skipped by comparison, and so is each
+/// tool definition seen in this thread's earlier traces.
 fn tool_list<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<&'a str, Reject> {
     if let Some(text) = rep.tool_lists.iter().find_map(|&k| s.skip_known(k)) {
         return Ok(text);
     }
-    let remembered = TOOL_LISTS.with_borrow(|lists| {
-        lists.iter().find_map(|(text, depth)| {
+    let known = if s.peek()? == b'[' {
+        s.known_with(|s| s.array(|s, _| tool(s)))?
+    } else {
+        s.known_value()?
+    };
+    rep.tool_lists.push(known);
+    Ok(known.text)
+}
+
+/// One element of a tool list.
+fn tool(s: &mut Scan<'_>) -> Result<(), Reject> {
+    let remembered = TOOLS.with_borrow(|tools| {
+        tools.iter().any(|(text, depth)| {
             s.skip_known(Known {
                 text,
                 depth: *depth,
             })
-            .map(|t| Known {
-                text: t,
-                depth: *depth,
-            })
+            .is_some()
         })
     });
-    let known = match remembered {
-        Some(k) => k,
-        None => {
-            let k = s.known_value()?;
-            if k.text.starts_with('[') {
-                TOOL_LISTS.with_borrow_mut(|lists| {
-                    if lists.len() == REMEMBERED_TOOL_LISTS {
-                        lists.pop_back();
-                    }
-                    lists.push_front((k.text.into(), k.depth));
-                });
+    if !remembered {
+        let k = s.known_value()?;
+        TOOLS.with_borrow_mut(|tools| {
+            if tools.len() == REMEMBERED_TOOLS {
+                tools.pop_back();
             }
-            k
-        }
-    };
-    rep.tool_lists.push(known);
-    Ok(known.text)
+            tools.push_front((k.text.into(), k.depth));
+        });
+    }
+    Ok(())
 }
 
 fn score<'a>(s: &mut Scan<'a>) -> Result<Score<'a>, Reject> {
@@ -274,5 +279,132 @@ fn score<'a>(s: &mut Scan<'a>) -> Result<Score<'a>, Reject> {
         data_type: data_type.flatten(),
         comment: comment.flatten(),
         observation_id: observation_id.flatten(),
+    })
+}
+
+/// A message as `chat_msg` reads it from a `Value`, and whether it has a `role`, `tool_calls` or `content` key
+/// (what makes a GENERATION's output a message). Gives up wherever `chat_msg` would fail, leaving the error to it.
+/// Only the parts that are not plain strings (content parts, tool calls) are decoded as `Value`s.
+pub(super) fn message(text: &str, default_role: &str) -> Result<(ChatMsg, bool), Reject> {
+    let mut s = Scan::new(text);
+    // As in a `Value`, the last of repeated keys counts.
+    let (mut role, mut content, mut calls, mut function, mut call_id) =
+        (None, None, None, None, None);
+    s.object(|s, key| {
+        let slot = match key {
+            "role" => &mut role,
+            "content" => &mut content,
+            "tool_calls" => &mut calls,
+            "function_call" => &mut function,
+            "tool_call_id" => &mut call_id,
+            _ => return s.value().map(drop),
+        };
+        *slot = Some(s.value()?);
+        Ok(())
+    })?;
+    s.end()?;
+    let shaped = role.is_some() || calls.is_some() || content.is_some();
+    let role = match role {
+        None | Some("null") => default_role.to_string(),
+        Some(r) if r.starts_with('"') => string(r)?.into_owned(),
+        Some(_) => return Err(Reject),
+    };
+    let text = match content {
+        Some(c) if c.starts_with('"') => Some(string(c)?.into_owned()),
+        Some(c) if c.starts_with('[') => content_text(&value(c)?),
+        _ => None,
+    };
+    let mut calls = match calls {
+        None | Some("null") => Vec::new(),
+        Some(c) => {
+            let mut s = Scan::new(c);
+            let mut calls = Vec::new();
+            s.array(|s, _| {
+                calls.push(call(s)?);
+                Ok(())
+            })?;
+            calls
+        }
+    };
+    if let Some(f) = function {
+        calls.extend(function_call(&value(f)?));
+    }
+    let tool_call_id = match call_id {
+        Some(c) if c.starts_with('"') => Some(string(c)?.into_owned()),
+        _ => None,
+    };
+    let msg = ChatMsg {
+        role,
+        text,
+        tool_calls: calls,
+        tool_call_id,
+    };
+    Ok((msg, shaped))
+}
+
+/// A string value's text (the scanner checked it).
+fn string(raw: &str) -> Result<Cow<'_, str>, Reject> {
+    Scan::new(raw).str()
+}
+
+/// A value the scanner checked, decoded.
+fn value(raw: &str) -> Result<Value, Reject> {
+    serde_json::from_str(raw).map_err(|_| Reject)
+}
+
+/// One of a message's `tool_calls`, as `common::tool_calls` reads it from a `Value`: the name and arguments are the
+/// `function` object's if there is one (anything else there names no tool), else the call's own.
+fn call(s: &mut Scan<'_>) -> Result<ToolCall, Reject> {
+    type Function<'t> = (Option<&'t str>, Option<&'t str>);
+    let (mut id, mut own): (Option<&str>, Function) = (None, (None, None));
+    // As in a `Value`, the last of repeated keys counts; `Some(None)` is a `function` that is not an object.
+    let mut function: Option<Option<Function>> = None;
+    s.object(|s, key| {
+        match key {
+            "id" => id = Some(s.value()?),
+            "name" => own.0 = Some(s.value()?),
+            "arguments" => own.1 = Some(s.value()?),
+            "function" if s.peek()? == b'{' => {
+                let mut f: Function = (None, None);
+                s.object(|s, key| {
+                    match key {
+                        "name" => f.0 = Some(s.value()?),
+                        "arguments" => f.1 = Some(s.value()?),
+                        _ => drop(s.value()?),
+                    }
+                    Ok(())
+                })?;
+                function = Some(Some(f));
+            }
+            "function" => {
+                s.value()?;
+                function = Some(None);
+            }
+            _ => drop(s.value()?),
+        }
+        Ok(())
+    })?;
+    let (name, arguments) = match function {
+        None => own,
+        Some(Some(f)) => f,
+        Some(None) => return Err(Reject),
+    };
+    let name = match name {
+        Some(n) if n.starts_with('"') => string(n)?.into_owned(),
+        _ => return Err(Reject),
+    };
+    let id = match id {
+        Some(i) if i.starts_with('"') => Some(string(i)?.into_owned()),
+        _ => None,
+    };
+    let arguments = match arguments {
+        Some(a) if a.starts_with('"') => parse_arguments(&string(a)?),
+        None | Some("null") => Value::Object(Default::default()),
+        Some(a) => value(a)?,
+    };
+    Ok(ToolCall {
+        id,
+        name,
+        arguments,
     })
 }
