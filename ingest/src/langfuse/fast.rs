@@ -44,7 +44,7 @@ pub(super) fn trace(text: &str) -> Result<Trace<'_>, Reject> {
         "timestamp" => once(&mut timestamp, opt(s, |s| Ok(s.str()?.into_owned()))?),
         "input" => once(&mut input, str_only(s)?),
         "output" => once(&mut output, str_only(s)?),
-        "metadata" => once(&mut metadata, opt_de::<ToolsOf>(s)?),
+        "metadata" => once(&mut metadata, tools_of(s)?),
         "observations" => {
             let mut list = Vec::new();
             s.array(|s, _| {
@@ -103,6 +103,41 @@ fn text<'a>(s: &mut Scan<'a>) -> Result<Option<Text<'a>>, Reject> {
     opt(s, |s| s.str().map(Text))
 }
 
+/// `metadata`, as [`ToolsOf`] reads it: only an object's `tools` entry is kept.
+fn tools_of(s: &mut Scan<'_>) -> Result<Option<ToolsOf>, Reject> {
+    opt(s, |s| {
+        if s.peek()? != b'{' {
+            return s.value().map(|_| ToolsOf(None));
+        }
+        // As in a map, the last of repeated keys counts.
+        let mut tools = None;
+        s.object(|s, key| {
+            match key {
+                "tools" => tools = Some(value(s.value()?)?),
+                _ => drop(s.value()?),
+            }
+            Ok(())
+        })?;
+        Ok(ToolsOf(tools))
+    })
+}
+
+/// `usage` or `usageDetails`, as [`Counts`] reads it: an object, of which the `input` and `output` entries are kept.
+fn counts(s: &mut Scan<'_>) -> Result<Option<Counts>, Reject> {
+    opt(s, |s| {
+        let (mut input, mut output) = (None, None);
+        s.object(|s, key| {
+            match key {
+                "input" => input = Some(value(s.value()?)?),
+                "output" => output = Some(value(s.value()?)?),
+                _ => drop(s.value()?),
+            }
+            Ok(())
+        })?;
+        Ok(Counts { input, output })
+    })
+}
+
 fn str_only<'a>(s: &mut Scan<'a>) -> Result<Option<StrOnly<'a>>, Reject> {
     if s.peek()? == b'"' {
         return Ok(Some(StrOnly(Some(s.str()?))));
@@ -128,10 +163,10 @@ fn observation<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<Observatio
             };
             once(&mut output, v)
         }
-        "metadata" => once(&mut metadata, opt_de::<ToolsOf>(s)?),
+        "metadata" => once(&mut metadata, tools_of(s)?),
         "model" => once(&mut model, text(s)?),
-        "usage" => once(&mut usage, opt_de::<Counts>(s)?),
-        "usageDetails" => once(&mut usage_details, opt_de::<Counts>(s)?),
+        "usage" => once(&mut usage, counts(s)?),
+        "usageDetails" => once(&mut usage_details, counts(s)?),
         "level" => once(&mut level, text(s)?),
         "statusMessage" => once(&mut status_message, text(s)?),
         _ => s.value().map(drop),
