@@ -469,6 +469,26 @@ enum RawInput<'a> {
     Other,
 }
 
+impl<'a> RawInput<'a> {
+    /// The input an object gives: its `messages` (when an array) and its tool lists.
+    fn of_object(messages: Option<Vec<&'a str>>, tools: Vec<&'a str>) -> Self {
+        match messages {
+            Some(messages) => RawInput::Request {
+                messages,
+                tools,
+                in_object: true,
+            },
+            // Tools without messages still name the tools shown.
+            None if !tools.is_empty() => RawInput::Request {
+                messages: Vec::new(),
+                tools,
+                in_object: true,
+            },
+            None => RawInput::Other,
+        }
+    }
+}
+
 /// A JSON array kept as its raw elements; any other value counts as absent.
 struct RawList<'a>(Option<Vec<&'a str>>);
 
@@ -531,20 +551,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawInput<'a> {
                         }
                     }
                 }
-                Ok(match messages {
-                    Some(messages) => RawInput::Request {
-                        messages,
-                        tools,
-                        in_object: true,
-                    },
-                    // Tools without messages still name the tools shown.
-                    None if !tools.is_empty() => RawInput::Request {
-                        messages: Vec::new(),
-                        tools,
-                        in_object: true,
-                    },
-                    None => RawInput::Other,
-                })
+                Ok(RawInput::of_object(messages, tools))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(RawInput::Prompt(v.to_string()))

@@ -218,19 +218,7 @@ fn raw_input<'a>(s: &mut Scan<'a>, rep: &mut Repeats<'a>) -> Result<RawInput<'a>
                 }
                 Ok(())
             })?;
-            Ok(match messages_at {
-                Some(messages) => RawInput::Request {
-                    messages,
-                    tools,
-                    in_object: true,
-                },
-                None if !tools.is_empty() => RawInput::Request {
-                    messages: Vec::new(),
-                    tools,
-                    in_object: true,
-                },
-                None => RawInput::Other,
-            })
+            Ok(RawInput::of_object(messages_at, tools))
         }
         b'"' => Ok(RawInput::Prompt(s.str()?.into_owned())),
         _ => s.value().map(|_| RawInput::Other),
