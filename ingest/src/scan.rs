@@ -77,6 +77,41 @@ fn plain_end(b: &[u8], mut i: usize) -> usize {
     b.len()
 }
 
+/// The text of a string whose escapes [`Scan::raw_str`] checked (so no surrogate escapes), unescaped as serde_json
+/// unescapes it.
+fn unescape(raw: &str) -> Result<String, Reject> {
+    let b = raw.as_bytes();
+    let mut out = String::with_capacity(raw.len());
+    let mut i = 0;
+    while let Some(at) = memchr::memchr(b'\\', &b[i..]).map(|off| i + off) {
+        out.push_str(raw.get(i..at).ok_or(Reject)?);
+        let (c, len) = match b.get(at + 1) {
+            Some(b'"') => ('"', 2),
+            Some(b'\\') => ('\\', 2),
+            Some(b'/') => ('/', 2),
+            Some(b'b') => ('\u{8}', 2),
+            Some(b'f') => ('\u{c}', 2),
+            Some(b'n') => ('\n', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'u') => {
+                let hex = raw.get(at + 2..at + 6).ok_or(Reject)?;
+                if !hex.bytes().all(|h| h.is_ascii_hexdigit()) {
+                    return Err(Reject);
+                }
+                let code = u32::from_str_radix(hex, 16).map_err(|_| Reject)?;
+                // A surrogate is no `char`: those are left to serde_json.
+                (char::from_u32(code).ok_or(Reject)?, 6)
+            }
+            _ => return Err(Reject),
+        };
+        out.push(c);
+        i = at + len;
+    }
+    out.push_str(raw.get(i..).ok_or(Reject)?);
+    Ok(out)
+}
+
 impl<'a> Scan<'a> {
     pub(crate) fn new(text: &'a str) -> Self {
         Scan {
@@ -188,17 +223,11 @@ impl<'a> Scan<'a> {
 
     /// A string value, unescaped: borrowed from the record unless it has escapes.
     pub(crate) fn str(&mut self) -> Result<Cow<'a, str>, Reject> {
-        let start = self.pos;
         let (raw, escaped) = self.raw_str()?;
         if !escaped {
             return Ok(Cow::Borrowed(raw));
         }
-        // Rare: let serde_json unescape the string exactly as it does everywhere else.
-        let quoted = self.text.get(start..self.pos).ok_or(Reject)?;
-        let quoted = quoted.trim_start();
-        serde_json::from_str::<String>(quoted)
-            .map(Cow::Owned)
-            .map_err(|_| Reject)
+        unescape(raw).map(Cow::Owned)
     }
 
     /// An object: `f` is called with each key and must consume its value. Keys with escapes are left to
@@ -431,6 +460,19 @@ mod tests {
         let deep = |n| format!("{}{}", "[".repeat(n), "]".repeat(n));
         assert!(accepts(&deep(MAX_DEPTH)));
         assert!(!accepts(&deep(MAX_DEPTH + 1)));
+    }
+
+    #[test]
+    fn strings_unescape_as_serde_json_unescapes_them() {
+        let text = r#""a\"b\\c\/d\be\ff\ng\rh\ti\u00e9j\u0000k☃\u2603""#;
+        let mut s = Scan::new(text);
+        let ours = s.str().expect("valid");
+        assert_eq!(ours, serde_json::from_str::<String>(text).expect("valid"));
+        assert!(matches!(ours, Cow::Owned(_)));
+        assert!(matches!(
+            Scan::new(r#""plain""#).str(),
+            Ok(Cow::Borrowed("plain"))
+        ));
     }
 
     #[test]
