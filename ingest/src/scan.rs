@@ -77,6 +77,25 @@ fn plain_end(b: &[u8], mut i: usize) -> usize {
     b.len()
 }
 
+/// Sets a field once: a derived `Deserialize` rejects a repeated field.
+pub(crate) fn once<T>(slot: &mut Option<T>, v: T) -> Result<(), Reject> {
+    match slot {
+        Some(_) => Err(Reject),
+        None => {
+            *slot = Some(v);
+            Ok(())
+        }
+    }
+}
+
+/// An `Option` field: `null` is `None`, anything else what `f` reads.
+pub(crate) fn opt<'a, T>(
+    s: &mut Scan<'a>,
+    f: impl FnOnce(&mut Scan<'a>) -> Result<T, Reject>,
+) -> Result<Option<T>, Reject> {
+    if s.null()? { Ok(None) } else { f(s).map(Some) }
+}
+
 /// The text of a string whose escapes [`Scan::raw_str`] checked (so no surrogate escapes), unescaped as serde_json
 /// unescapes it.
 fn unescape(raw: &str) -> Result<String, Reject> {
@@ -179,10 +198,19 @@ impl<'a> Scan<'a> {
     /// A string (the next value must be one): its text between the quotes as written, and whether it has escapes.
     fn raw_str(&mut self) -> Result<(&'a str, bool), Reject> {
         self.eat(b'"')?;
-        let b = self.bytes();
         let start = self.pos;
-        let mut escaped = false;
-        let mut i = start;
+        self.string_rest(start, start, false)
+    }
+
+    /// Scans a string's text from `i` (where no escape is cut in two) to its closing quote; `start` is where its text
+    /// begins, `escaped` whether the part before `i` has escapes.
+    fn string_rest(
+        &mut self,
+        start: usize,
+        mut i: usize,
+        mut escaped: bool,
+    ) -> Result<(&'a str, bool), Reject> {
+        let b = self.bytes();
         loop {
             i = plain_end(b, i);
             match b.get(i) {
@@ -198,6 +226,38 @@ impl<'a> Scan<'a> {
         self.pos = i + 1;
         // Quotes and backslashes are ASCII, so both ends are character boundaries.
         Ok((self.text.get(start..i).ok_or(Reject)?, escaped))
+    }
+
+    /// A string value as written, quotes included, and whether it has escapes. `like` is a string checked before
+    /// (as written, quotes included) that this one probably equals, or extends the way a JSON array written into a
+    /// string grows (`"[a,b]"` then `"[a,b,c]"`): the part they share is compared, not scanned.
+    pub(crate) fn quoted_str(&mut self, like: Option<&str>) -> Result<(&'a str, bool), Reject> {
+        self.eat(b'"')?;
+        let start = self.pos - 1;
+        let rest = self.bytes().get(start..).unwrap_or_default();
+        let (from, escaped) = match like {
+            Some(l) if l.len() >= 2 && rest.starts_with(l.as_bytes()) => {
+                // The whole string, closing quote included.
+                self.pos = start + l.len();
+                let text = self.text.get(start..self.pos).ok_or(Reject)?;
+                return Ok((text, memchr::memchr(b'\\', l.as_bytes()).is_some()));
+            }
+            // Cut before the closing `]`: no escape ends there (`]` is no escape letter or hex digit).
+            Some(l)
+                if l.len() > 3
+                    && l.ends_with("]\"")
+                    && rest.starts_with(&l.as_bytes()[..l.len() - 2]) =>
+            {
+                let shared = &l.as_bytes()[..l.len() - 2];
+                (
+                    start + shared.len(),
+                    memchr::memchr(b'\\', shared).is_some(),
+                )
+            }
+            _ => (start + 1, false),
+        };
+        let (_, escaped) = self.string_rest(start + 1, from, escaped)?;
+        Ok((self.text.get(start..self.pos).ok_or(Reject)?, escaped))
     }
 
     /// Checks the escape whose letter is at `i`; returns where the string goes on. Surrogate escapes (`\ud83d`)
@@ -473,6 +533,41 @@ mod tests {
             Scan::new(r#""plain""#).str(),
             Ok(Cow::Borrowed("plain"))
         ));
+    }
+
+    #[test]
+    fn a_string_like_an_earlier_one_is_compared_then_scanned_where_they_differ() {
+        let quoted = |text: &str, like: Option<&str>| {
+            let mut s = Scan::new(text);
+            let out = s
+                .quoted_str(like)
+                .map(|(q, escaped)| (q.to_string(), escaped));
+            (out.ok(), s.end().is_ok())
+        };
+        let history = r#""[{\"a\":1}]""#;
+        let longer = r#""[{\"a\":1},{\"b\":2}]""#;
+        // Equal, extended, and different after the shared part: all read as without `like`.
+        for (text, like) in [
+            (history, history),
+            (longer, history),
+            (r#""[{\"a\":1}x""#, history),
+            (r#""[{\"a\":1}]]""#, history),
+            (r#""[{\"a\":1}""#, history),
+            (r#""[1]""#, r#""[1]""#),
+            (r#""plain""#, history),
+        ] {
+            assert_eq!(
+                quoted(text, Some(like)),
+                quoted(text, None),
+                "{text} like {like}"
+            );
+        }
+        assert_eq!(
+            quoted(longer, Some(history)),
+            (Some((longer.to_string(), true)), true)
+        );
+        // A shared part with an unfinished or invalid escape after it still fails.
+        assert_eq!(quoted(r#""[{\"a\":1}\q]""#, Some(history)).0, None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
 use crate::common::{ChatMsg, content_text, function_call, parse_arguments};
-use crate::scan::{Known, Reject, Scan};
+use crate::scan::{Known, Reject, Scan, once, opt};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -73,25 +73,6 @@ pub(super) fn trace(text: &str) -> Result<Trace<'_>, Reject> {
         observations: observations.unwrap_or_default(),
         scores: scores.unwrap_or_default(),
     })
-}
-
-/// Sets a field once: a derived `Deserialize` rejects a repeated field.
-fn once<T>(slot: &mut Option<T>, v: T) -> Result<(), Reject> {
-    match slot {
-        Some(_) => Err(Reject),
-        None => {
-            *slot = Some(v);
-            Ok(())
-        }
-    }
-}
-
-/// An `Option` field: `null` is `None`.
-fn opt<'a, T>(
-    s: &mut Scan<'a>,
-    f: impl FnOnce(&mut Scan<'a>) -> Result<T, Reject>,
-) -> Result<Option<T>, Reject> {
-    if s.null()? { Ok(None) } else { f(s).map(Some) }
 }
 
 /// An `Option` field decoded by serde_json from the value's own text, once the scanner has checked it.
