@@ -223,6 +223,15 @@ pub(crate) fn arguments_value(v: Option<&Value>) -> Value {
     }
 }
 
+/// [`arguments_value`] of a value the caller owns, without copying it.
+pub(crate) fn arguments_owned(v: Option<Value>) -> Value {
+    match v {
+        Some(Value::String(s)) => parse_arguments(&s),
+        Some(Value::Null) | None => Value::Object(Default::default()),
+        Some(other) => other,
+    }
+}
+
 /// A tool definition in either the OpenAI request shape (`{type: "function", function: {name, description,
 /// parameters}}`) or a flat one (`{name, description, parameters | input_schema | inputSchema}`, as the GenAI
 /// semantic conventions and MCP write it). `None` when it names no tool.

@@ -7,7 +7,7 @@
 //! normally the last span of its trace; memory holds only traces still waiting for their root.
 
 use crate::common::{
-    add_tools, arguments_value, cached_tools, chat_msg, content_text, finish, from_json, kind,
+    add_tools, arguments_owned, cached_tools, chat_msg, content_text, finish, from_json, kind,
     last_answer, rfc3339_from_nanos, score_value, success_value, tool_spec, value_to_text,
 };
 use crate::{Format, Parsed, RecordError};
@@ -159,8 +159,12 @@ impl<'a> Str<'a> {
         if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
             return Cow::Borrowed(raw);
         }
-        // The string was checked when the line was read, so it decodes.
-        Cow::Owned(serde_json::from_str(self.0).unwrap_or_default())
+        // The string was checked when the line was read, so it decodes; serde_json is left the surrogate escapes.
+        Cow::Owned(
+            crate::scan::unescape(raw)
+                .or_else(|_| serde_json::from_str(self.0))
+                .unwrap_or_default(),
+        )
     }
 
     /// Whether the decoded string is `s`, a string without backslashes: written plainly, or escaped (longer).
@@ -770,7 +774,7 @@ fn omsg(rec: &SpanRec, key: &str, i: usize, n: usize, m: LiteMsg) -> Result<OMsg
                     calls.push(ToolCall {
                         id: p.id,
                         name,
-                        arguments: arguments_value(p.arguments.as_ref()),
+                        arguments: arguments_owned(p.arguments),
                     });
                 }
                 Some("tool_call_response") => responses.push((

@@ -96,9 +96,9 @@ pub(crate) fn opt<'a, T>(
     if s.null()? { Ok(None) } else { f(s).map(Some) }
 }
 
-/// The text of a string whose escapes [`Scan::raw_str`] checked (so no surrogate escapes), unescaped as serde_json
-/// unescapes it.
-fn unescape(raw: &str) -> Result<String, Reject> {
+/// The text of a JSON string (between its quotes, as written), unescaped as serde_json unescapes it. Gives up on
+/// surrogate escapes (which serde_json pairs or rejects) and on invalid escapes.
+pub(crate) fn unescape(raw: &str) -> Result<String, Reject> {
     let b = raw.as_bytes();
     let mut out = String::with_capacity(raw.len());
     let mut i = 0;
