@@ -572,16 +572,21 @@ mod tests {
 
     #[test]
     fn plain_runs_end_at_the_first_special_byte_wherever_it_falls() {
-        for len in 0..20 {
-            for special in [b'"', b'\\', 0x1f, 0x00] {
-                let mut b = vec![b'a'; len];
-                b.push(special);
-                b.extend_from_slice(b"\"\"\"");
-                assert_eq!(plain_end(&b, 0), len, "{len} {special}");
+        // Lengths and starts that put the special byte in the word-at-a-time and the byte-by-byte part.
+        for start in [0, 3] {
+            for len in 0..48 {
+                for special in [b'"', b'\\', 0x1f, 0x00] {
+                    let mut b = vec![b'a'; start + len];
+                    b.push(special);
+                    b.extend_from_slice(b"\"\"\"");
+                    assert_eq!(plain_end(&b, start), start + len, "{start} {len} {special}");
+                }
+                // Bytes of multi-byte characters and everything from 0x20 up are plain.
+                let b: Vec<u8> = (0..start + len)
+                    .map(|i| [0x20, 0x7f, 0xc3, 0xff, 0x80][i % 5])
+                    .collect();
+                assert_eq!(plain_end(&b, start), start + len);
             }
-            // Bytes of multi-byte characters and everything from 0x20 up are plain.
-            let b: Vec<u8> = (0..len).map(|i| [0x20, 0x7f, 0xc3, 0xff][i % 4]).collect();
-            assert_eq!(plain_end(&b, 0), len);
         }
     }
 
