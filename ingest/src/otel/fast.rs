@@ -61,7 +61,8 @@ fn list<'a, T>(
     s: &mut Scan<'a>,
     mut f: impl FnMut(&mut Scan<'a>) -> Result<T, Reject>,
 ) -> Result<Vec<T>, Reject> {
-    let mut out = Vec::new();
+    // Spans have a dozen or two attributes: start where most lists end, not at four and growing.
+    let mut out = Vec::with_capacity(16);
     s.array(|s, _| {
         out.push(f(s)?);
         Ok(())
