@@ -96,6 +96,21 @@ pub(crate) fn opt<'a, T>(
     if s.null()? { Ok(None) } else { f(s).map(Some) }
 }
 
+/// An array, each element read by `f`.
+pub(crate) fn list<'a, T>(
+    s: &mut Scan<'a>,
+    mut f: impl FnMut(&mut Scan<'a>) -> Result<T, Reject>,
+) -> Result<Vec<T>, Reject> {
+    // Lists of spans' attributes, observations and messages are mostly a few to a dozen or two long: start where
+    // most end instead of at four and growing.
+    let mut out = Vec::with_capacity(16);
+    s.array(|s, _| {
+        out.push(f(s)?);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// The text of a JSON string (between its quotes, as written), unescaped as serde_json unescapes it. Gives up on
 /// surrogate escapes (which serde_json pairs or rejects) and on invalid escapes.
 pub(crate) fn unescape(raw: &str) -> Result<String, Reject> {

@@ -9,7 +9,7 @@
 
 use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
 use crate::common::{ChatMsg, content_text, function_call, parse_arguments};
-use crate::scan::{Known, Reject, Scan, once, opt};
+use crate::scan::{Known, Reject, Scan, list, once, opt};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -46,21 +46,10 @@ pub(super) fn trace(text: &str) -> Result<Trace<'_>, Reject> {
         "output" => once(&mut output, str_only(s)?),
         "metadata" => once(&mut metadata, tools_of(s)?),
         "observations" => {
-            let mut list = Vec::new();
-            s.array(|s, _| {
-                list.push(observation(s, &mut rep)?);
-                Ok(())
-            })?;
-            once(&mut observations, list)
+            let l = list(s, |s| observation(s, &mut rep))?;
+            once(&mut observations, l)
         }
-        "scores" => {
-            let mut list = Vec::new();
-            s.array(|s, _| {
-                list.push(score(s)?);
-                Ok(())
-            })?;
-            once(&mut scores, list)
-        }
+        "scores" => once(&mut scores, list(s, score)?),
         _ => s.value().map(drop),
     })?;
     s.end()?;

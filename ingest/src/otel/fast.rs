@@ -11,7 +11,7 @@ use super::{
     AnyValue, ArrayValue, KeyValue, KvList, Request, Resource, ResourceSpans, ScopeSpans, Span,
     Status, Str,
 };
-use crate::scan::{Reject, Scan, once, opt};
+use crate::scan::{Reject, Scan, list, once, opt};
 
 /// String attributes at least this long are remembered for the next span's attribute of the same key.
 const REMEMBER_FROM: usize = 128;
@@ -54,20 +54,6 @@ pub(super) fn request(text: &str) -> Result<Request<'_>, Reject> {
     Ok(Request {
         resource_spans: resource_spans.ok_or(Reject)?,
     })
-}
-
-/// An array, each element read by `f`.
-fn list<'a, T>(
-    s: &mut Scan<'a>,
-    mut f: impl FnMut(&mut Scan<'a>) -> Result<T, Reject>,
-) -> Result<Vec<T>, Reject> {
-    // Spans have a dozen or two attributes: start where most lists end, not at four and growing.
-    let mut out = Vec::with_capacity(16);
-    s.array(|s, _| {
-        out.push(f(s)?);
-        Ok(())
-    })?;
-    Ok(out)
 }
 
 fn resource_spans_of<'a>(
