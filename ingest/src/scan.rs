@@ -243,19 +243,18 @@ impl<'a> Scan<'a> {
         Ok((self.text.get(start..i).ok_or(Reject)?, escaped))
     }
 
-    /// A string value as written, quotes included, and whether it has escapes. `like` is a string checked before
-    /// (as written, quotes included) that this one probably equals, or extends the way a JSON array written into a
-    /// string grows (`"[a,b]"` then `"[a,b,c]"`): the part they share is compared, not scanned.
-    pub(crate) fn quoted_str(&mut self, like: Option<&str>) -> Result<(&'a str, bool), Reject> {
+    /// A string value as written, quotes included. `like` is a string checked before (as written, quotes included)
+    /// that this one probably equals, or extends the way a JSON array written into a string grows (`"[a,b]"` then
+    /// `"[a,b,c]"`): the part they share is compared, not scanned.
+    pub(crate) fn quoted_str(&mut self, like: Option<&str>) -> Result<&'a str, Reject> {
         self.eat(b'"')?;
         let start = self.pos - 1;
         let rest = self.bytes().get(start..).unwrap_or_default();
-        let (from, escaped) = match like {
+        let from = match like {
             Some(l) if l.len() >= 2 && rest.starts_with(l.as_bytes()) => {
                 // The whole string, closing quote included.
                 self.pos = start + l.len();
-                let text = self.text.get(start..self.pos).ok_or(Reject)?;
-                return Ok((text, memchr::memchr(b'\\', l.as_bytes()).is_some()));
+                return self.text.get(start..self.pos).ok_or(Reject);
             }
             // Cut before the closing `]`: no escape ends there (`]` is no escape letter or hex digit).
             Some(l)
@@ -263,16 +262,13 @@ impl<'a> Scan<'a> {
                     && l.ends_with("]\"")
                     && rest.starts_with(&l.as_bytes()[..l.len() - 2]) =>
             {
-                let shared = &l.as_bytes()[..l.len() - 2];
-                (
-                    start + shared.len(),
-                    memchr::memchr(b'\\', shared).is_some(),
-                )
+                start + l.len() - 2
             }
-            _ => (start + 1, false),
+            _ => start + 1,
         };
-        let (_, escaped) = self.string_rest(start + 1, from, escaped)?;
-        Ok((self.text.get(start..self.pos).ok_or(Reject)?, escaped))
+        // Whether the string has escapes is not asked: its readers decode it later, looking for them then.
+        self.string_rest(start + 1, from, false)?;
+        self.text.get(start..self.pos).ok_or(Reject)
     }
 
     /// Checks the escape whose letter is at `i`; returns where the string goes on. Surrogate escapes (`\ud83d`)
@@ -554,9 +550,7 @@ mod tests {
     fn a_string_like_an_earlier_one_is_compared_then_scanned_where_they_differ() {
         let quoted = |text: &str, like: Option<&str>| {
             let mut s = Scan::new(text);
-            let out = s
-                .quoted_str(like)
-                .map(|(q, escaped)| (q.to_string(), escaped));
+            let out = s.quoted_str(like).map(str::to_string);
             (out.ok(), s.end().is_ok())
         };
         let history = r#""[{\"a\":1}]""#;
@@ -579,7 +573,7 @@ mod tests {
         }
         assert_eq!(
             quoted(longer, Some(history)),
-            (Some((longer.to_string(), true)), true)
+            (Some(longer.to_string()), true)
         );
         // A shared part with an unfinished or invalid escape after it still fails.
         assert_eq!(quoted(r#""[{\"a\":1}\q]""#, Some(history)).0, None);

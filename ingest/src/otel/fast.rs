@@ -97,7 +97,7 @@ fn resource_spans_of<'a>(
 }
 
 fn string<'a>(s: &mut Scan<'a>) -> Result<Str<'a>, Reject> {
-    s.quoted_str(None).map(|(q, _)| Str(q))
+    s.quoted_str(None).map(Str)
 }
 
 fn span<'a>(s: &mut Scan<'a>, prev: &mut Previous<'a>) -> Result<Span<'a>, Reject> {
@@ -223,7 +223,7 @@ fn any_value<'a>(
         }
         match i {
             0 => {
-                v.string_value = opt(s, |s| s.quoted_str(like).map(|(q, _)| Str(q)))?;
+                v.string_value = opt(s, |s| s.quoted_str(like).map(Str))?;
                 long = v
                     .string_value
                     .map(|q| q.0)
