@@ -20,6 +20,8 @@ use tooltune_core::ToolCall;
 /// Tool definitions seen in this thread's earlier records: traces of one agent show the same tools, though not
 /// always in the same order.
 const REMEMBERED_TOOLS: usize = 64;
+/// A longer definition is not remembered: the cache must stay small (a few hundred KB a thread) whatever a log holds.
+const REMEMBERED_TOOL_BYTES: usize = 8 * 1024;
 
 thread_local! {
     static TOOLS: RefCell<VecDeque<(Box<str>, usize)>> = const { RefCell::new(VecDeque::new()) };
@@ -243,6 +245,9 @@ fn tool(s: &mut Scan<'_>) -> Result<(), Reject> {
     });
     if !remembered {
         let k = s.known_value()?;
+        if k.text.len() > REMEMBERED_TOOL_BYTES {
+            return Ok(());
+        }
         TOOLS.with_borrow_mut(|tools| {
             if tools.len() == REMEMBERED_TOOLS {
                 tools.pop_back();
