@@ -18,7 +18,7 @@ use std::hash::BuildHasher;
 use std::io::BufRead;
 use std::sync::{Arc, OnceLock};
 use tooltune_core::{DescriptionId, ToolSpec, Trajectory, canonical_json};
-use tooltune_ingest::{ChunkReader, Format};
+use tooltune_ingest::{ChunkReader, Format, IngestError};
 
 mod sqlite;
 
@@ -100,25 +100,44 @@ impl Store {
         let dictionary_key = writer.next_dictionary_key();
         let reading = tokio::task::spawn_blocking(move || {
             let mut reader = reader;
-            let mut read_all = move || loop {
-                // Rows are prepared as part of the parallel parse (see `next_chunk_with`).
-                let chunk = match reader.next_chunk_with(&|t| Prepared::new(&t, &encoding)) {
-                    Ok(Some(c)) => c,
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e.into()));
+            let mut read_all = move || {
+                // A chunk parsed while the dictionary was trained on the one before it.
+                let mut held: Option<Result<Option<PreparedChunk>, IngestError>> = None;
+                loop {
+                    // Rows are prepared as part of the parallel parse (see `next_chunk_with`).
+                    let next = match held.take() {
+                        Some(next) => next,
+                        None => read_prepared(&mut reader, &encoding),
+                    };
+                    let mut prepared = match next {
+                        Ok(Some(c)) => c,
+                        Ok(None) => break,
+                        Err(e) => {
+                            let _ = tx.blocking_send(Err(e.into()));
+                            break;
+                        }
+                    };
+                    if matches!(encoding, Encoding::Pending) {
+                        // zstd's trainer runs on one thread, for a tenth of a second or more, and nothing else
+                        // could run meanwhile: the writer waits for this chunk. The next chunk is parsed at the
+                        // same time instead, its bodies kept pending too, and compressed once the dictionary is
+                        // there.
+                        let pending = &encoding;
+                        let ((trained_encoding, trained), mut ahead) = rayon::join(
+                            || train_on(&mut prepared.valid, dictionary_key),
+                            || read_prepared(&mut reader, pending),
+                        );
+                        encoding = trained_encoding;
+                        prepared.trained = trained;
+                        if let Ok(Some(ahead)) = &mut ahead {
+                            encode_pending(&mut ahead.valid, &encoding);
+                        }
+                        held = Some(ahead);
+                    }
+                    if tx.blocking_send(Ok(prepared)).is_err() {
+                        // The writer gave up (a database error); stop reading.
                         break;
                     }
-                };
-                let mut prepared = split_chunk(chunk);
-                if matches!(encoding, Encoding::Pending) {
-                    let (next, trained) = train_on(&mut prepared.valid, dictionary_key);
-                    encoding = next;
-                    prepared.trained = trained;
-                }
-                if tx.blocking_send(Ok(prepared)).is_err() {
-                    // The writer gave up (a database error); stop reading.
-                    break;
                 }
             };
             match pool {
@@ -301,12 +320,27 @@ fn train_on(valid: &mut [Prepared], key: u32) -> (Encoding, Option<NewDictionary
         Some(n) => Encoding::Dictionary(Arc::clone(&n.dictionary)),
         None => Encoding::Lz4,
     };
+    encode_pending(valid, &encoding);
+    (encoding, trained)
+}
+
+/// Encodes, in parallel, the bodies that were kept pending until a dictionary was trained.
+fn encode_pending(valid: &mut [Prepared], encoding: &Encoding) {
     valid.par_iter_mut().for_each(|p| {
         if let StoredBody::Pending(json) = &mut p.body {
             p.body = encoding.encode(std::mem::take(json));
         }
     });
-    (encoding, trained)
+}
+
+/// The next chunk of a reader as rows, bodies stored as `encoding` says.
+fn read_prepared<R: BufRead + Send>(
+    reader: &mut ChunkReader<R>,
+    encoding: &Encoding,
+) -> Result<Option<PreparedChunk>, IngestError> {
+    Ok(reader
+        .next_chunk_with(&|t| Prepared::new(&t, encoding))?
+        .map(split_chunk))
 }
 
 pub(crate) struct PreparedChunk {

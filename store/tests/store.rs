@@ -631,11 +631,27 @@ async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_i
             .collect()
     };
     let s = Store::open(&url).await.expect("open");
-    let import = |ts: String| s.import(reader(ts), "t.jsonl", ImportOptions::default(), |_| {});
+    // Chunks of 256 records: the dictionary is trained on a file's first chunk while its second one is parsed,
+    // and that chunk's bodies are compressed once the dictionary is there.
+    let import = |ts: String| {
+        let opts = ReadOptions {
+            chunk_records: 256,
+            ..ReadOptions::default()
+        };
+        let r = ChunkReader::new(
+            Cursor::new(ts.into_bytes()),
+            "t.jsonl",
+            FormatChoice::Fixed(Format::Tooltune),
+            opts,
+        )
+        .expect("reader");
+        s.import(r, "t.jsonl", ImportOptions::default(), |_| {})
+    };
     // Too few records to train on: stored with LZ4.
     let small = many("small", 10);
     assert_eq!(import(jsonl(&small)).await.expect("small").added, 10);
-    // A rejected file keeps nothing, its dictionary included.
+    // A rejected file keeps nothing, its dictionary included (the invalid record is in the chunk parsed while the
+    // dictionary was trained).
     let mut rejected = jsonl(&many("rejected", 300));
     rejected.push_str("\n{\"task\": 5}");
     import(rejected).await.expect_err("rejected");
