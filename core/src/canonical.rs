@@ -666,6 +666,75 @@ mod tests {
         assert_eq!(t.id().as_str(), want(&t));
     }
 
+    /// The body writes steps through a wrapper that puts their entries in key order; every variant, with each
+    /// optional entry present and absent, must hash as the reference form of the derived `Serialize` does.
+    #[test]
+    fn steps_of_every_shape_hash_as_the_reference_form() {
+        use crate::{Step, Timing, ToolCall, Usage};
+        use sha2::{Digest, Sha256};
+        let timings = [
+            Timing::default(),
+            Timing {
+                started_at: Some("2026-01-01T00:00:00Z".into()),
+                duration_ms: None,
+            },
+            Timing {
+                started_at: Some("t".into()),
+                duration_ms: Some(1.5),
+            },
+        ];
+        let mut steps = vec![Step::User {
+            content: "hi \"there\"".into(),
+        }];
+        for timing in &timings {
+            for content in [None, Some(String::new()), Some("done".to_string())] {
+                for calls in [0, 2] {
+                    for usage in [
+                        None,
+                        Some(Usage {
+                            prompt_tokens: 3,
+                            completion_tokens: 4,
+                        }),
+                    ] {
+                        steps.push(Step::Model {
+                            content: content.clone(),
+                            tool_calls: (0..calls)
+                                .map(|i| ToolCall {
+                                    id: (i == 0).then(|| format!("c{i}")),
+                                    name: "read_file".into(),
+                                    arguments: json!({"z": i, "path": "a"}),
+                                })
+                                .collect(),
+                            timing: timing.clone(),
+                            usage,
+                        });
+                    }
+                }
+            }
+            for call_id in [None, Some("c0".to_string())] {
+                for is_error in [false, true] {
+                    steps.push(Step::ToolResult {
+                        call_id: call_id.clone(),
+                        name: "read_file".into(),
+                        content: "1\n2".into(),
+                        is_error,
+                        timing: timing.clone(),
+                    });
+                }
+            }
+        }
+        let mut t: crate::Trajectory =
+            serde_json::from_value(json!({"task": "t"})).expect("trajectory");
+        t.steps = steps;
+        let mut h = Sha256::new();
+        h.update(b"tooltune-trajectory-v1\0");
+        h.update(reference(&t).as_bytes());
+        assert_eq!(t.id().as_str(), hex::encode(h.finalize()));
+        // The body reads back as the same steps.
+        let back: crate::Trajectory = serde_json::from_slice(&t.id_and_body().1).expect("body");
+        assert_eq!(back.steps, t.steps);
+    }
+
     fn any_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),

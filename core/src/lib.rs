@@ -367,10 +367,76 @@ struct WithoutTools<'a> {
     links: &'a Links,
     meta: &'a Meta,
     outcome: &'a Outcome,
+    #[serde(serialize_with = "sorted_steps")]
     steps: &'a Vec<Step>,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: &'a Option<String>,
     task: &'a String,
+}
+
+fn sorted_steps<S: serde::Serializer>(steps: &&Vec<Step>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(steps.iter().map(SortedStep))
+}
+
+/// A step written with the entries `Step`'s derived `Serialize` writes, in key order (the derived one writes the
+/// `type` tag first). Steps are most of a body, and the canonical writer copied each one once more to reorder it.
+/// Only for the canonical body: elsewhere a step's JSON starts with its type, as people expect to read it.
+struct SortedStep<'a>(&'a Step);
+
+impl Serialize for SortedStep<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        match self.0 {
+            Step::User { content } => {
+                let mut m = s.serialize_struct("Step", 2)?;
+                m.serialize_field("content", content)?;
+                m.serialize_field("type", "user")?;
+                m.end()
+            }
+            Step::Model {
+                content,
+                tool_calls,
+                timing,
+                usage,
+            } => {
+                let mut m = s.serialize_struct("Step", 5)?;
+                if let Some(content) = content {
+                    m.serialize_field("content", content)?;
+                }
+                if !timing.is_empty() {
+                    m.serialize_field("timing", timing)?;
+                }
+                if !tool_calls.is_empty() {
+                    m.serialize_field("tool_calls", tool_calls)?;
+                }
+                m.serialize_field("type", "model")?;
+                if let Some(usage) = usage {
+                    m.serialize_field("usage", usage)?;
+                }
+                m.end()
+            }
+            Step::ToolResult {
+                call_id,
+                name,
+                content,
+                is_error,
+                timing,
+            } => {
+                let mut m = s.serialize_struct("Step", 6)?;
+                if let Some(call_id) = call_id {
+                    m.serialize_field("call_id", call_id)?;
+                }
+                m.serialize_field("content", content)?;
+                m.serialize_field("is_error", is_error)?;
+                m.serialize_field("name", name)?;
+                if !timing.is_empty() {
+                    m.serialize_field("timing", timing)?;
+                }
+                m.serialize_field("type", "tool_result")?;
+                m.end()
+            }
+        }
+    }
 }
 
 impl<'a> WithoutTools<'a> {
