@@ -926,12 +926,17 @@ impl<'a> History<'a> {
         if tail.is_empty() {
             return Some(());
         }
-        let text: String = serde_json::from_str(&format!("\"[{tail}\"")).ok()?;
-        let raw: Vec<&RawValue> = serde_json::from_str(&text).ok()?;
+        // The tail is text inside a JSON string: unescaped first (by serde_json when it has surrogate escapes,
+        // which only it pairs), then decoded as the rest of the array in one pass: any failure falls back to the
+        // full read, which names it, so the messages need not be split apart first to tell which one failed.
+        let text = match crate::scan::unescape(tail) {
+            Ok(t) => format!("[{t}"),
+            Err(_) => serde_json::from_str(&format!("\"[{tail}\"")).ok()?,
+        };
+        let lite: Vec<LiteMsg> = serde_json::from_str(&text).ok()?;
         let first = out.len();
-        let mut new = Vec::with_capacity(raw.len());
-        for (j, r) in raw.into_iter().enumerate() {
-            let m: LiteMsg = serde_json::from_str(r.get()).ok()?;
+        let mut new = Vec::with_capacity(lite.len());
+        for (j, m) in lite.into_iter().enumerate() {
             new.push(omsg(rec, key, i, first + j, m).ok()?);
         }
         for m in new {
