@@ -170,7 +170,10 @@ impl<'a> Str<'a> {
     /// Whether the decoded string is `s`, a string without backslashes: written plainly, or escaped (longer).
     fn is(self, s: &str) -> bool {
         let raw = self.raw();
-        raw == s || (raw.len() > s.len() && raw.contains('\\') && self.text() == s)
+        raw == s
+            || (raw.len() > s.len()
+                && memchr::memchr(b'\\', raw.as_bytes()).is_some()
+                && self.text() == s)
     }
 }
 
@@ -686,6 +689,7 @@ struct OMsg {
 /// A message as `gen_ai.*.messages` holds it, decoded without building a JSON map per message and part (these
 /// attributes carry the whole history on every chat span, so they dominate the cost of reading OTLP).
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct LiteMsg {
     #[serde(default)]
     role: Option<String>,
@@ -701,6 +705,7 @@ struct LiteMsg {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct LitePart {
     #[serde(rename = "type", default)]
     kind: Option<String>,
@@ -726,16 +731,22 @@ fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> 
         return Ok(None);
     };
     let lite: Vec<LiteMsg> = match v.string_value {
-        Some(s) => serde_json::from_str(&s.text()).map_err(|e| {
-            let what = match e.classify() {
-                serde_json::error::Category::Data => "does not follow the messages schema",
-                _ => "is not valid JSON",
-            };
-            rec.error(
-                &format!(".attributes[{i}].value.stringValue"),
-                format!("`{key}` {what}: {}", crate::common::json_message(&e)),
-            )
-        })?,
+        Some(s) => {
+            let text = s.text();
+            match fast::lite_messages(&text) {
+                Ok(lite) => lite,
+                Err(_) => serde_json::from_str(&text).map_err(|e| {
+                    let what = match e.classify() {
+                        serde_json::error::Category::Data => "does not follow the messages schema",
+                        _ => "is not valid JSON",
+                    };
+                    rec.error(
+                        &format!(".attributes[{i}].value.stringValue"),
+                        format!("`{key}` {what}: {}", crate::common::json_message(&e)),
+                    )
+                })?,
+            }
+        }
         None => Vec::<LiteMsg>::deserialize(&v.to_json()).map_err(|e| {
             rec.error(
                 &format!(".attributes[{i}].value"),
@@ -933,7 +944,10 @@ impl<'a> History<'a> {
             Ok(t) => format!("[{t}"),
             Err(_) => serde_json::from_str(&format!("\"[{tail}\"")).ok()?,
         };
-        let lite: Vec<LiteMsg> = serde_json::from_str(&text).ok()?;
+        let lite = match fast::lite_messages(&text) {
+            Ok(lite) => lite,
+            Err(_) => serde_json::from_str(&text).ok()?,
+        };
         let first = out.len();
         let mut new = Vec::with_capacity(lite.len());
         for (j, m) in lite.into_iter().enumerate() {
@@ -1315,5 +1329,57 @@ mod tests {
             n += 1;
         }
         assert!(n >= 10, "{n}");
+    }
+
+    /// Every messages attribute of the fixtures and samples, and odd shapes serde accepts, read by the scanner
+    /// as serde reads them; shapes it gives up on are left to serde.
+    #[test]
+    fn the_scanner_reads_messages_as_serde_does() {
+        let mut texts: Vec<String> = Vec::new();
+        for line in include_str!("../tests/fixtures/otel.jsonl")
+            .lines()
+            .chain(include_str!("../samples/otel.jsonl").lines())
+            .filter(|l| !l.trim().is_empty())
+        {
+            let r: Request = serde_json::from_str(line).expect("valid");
+            for rs in &r.resource_spans {
+                for ss in &rs.scope_spans {
+                    for sp in &ss.spans {
+                        for kv in &sp.attributes {
+                            if kv.key.raw().ends_with(".messages")
+                                && let Some(s) = kv.value.string_value
+                            {
+                                texts.push(s.text().into_owned());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(texts.len() >= 10, "{}", texts.len());
+        texts.extend(
+            [
+                r#"[{"role":null,"parts":null,"content":null,"tool_calls":null,"tool_call_id":null}]"#,
+                r#"[{"role":"tool","tool_call_id":"c\u00e9","content":[{"type":"text","text":"x"}],"extra":{"a":[1,2.5e3]}}]"#,
+                r#" [ {"parts":[{"type":"tool_call","id":"1","name":"f","arguments":{"q":"a\"b","n":-0.0}},{"type":"tool_call_response","response":null,"result":"ok"},{"type":"text","content":7}]} ] "#,
+                "[]",
+            ]
+            .map(String::from),
+        );
+        for t in &texts {
+            let fast =
+                fast::lite_messages(t).unwrap_or_else(|_| panic!("the scanner gave up on {t}"));
+            let serde: Vec<LiteMsg> = serde_json::from_str(t).expect("valid");
+            assert_eq!(fast, serde, "{t}");
+        }
+        // Given up on, for serde to read (or reject): a repeated field, a wrong type, a message written as an array.
+        for t in [
+            r#"[{"role":"a","role":"b"}]"#,
+            r#"[{"role":5}]"#,
+            r#"[["user"]]"#,
+            r#"[{"parts":[{"id":1}]}]"#,
+        ] {
+            assert!(fast::lite_messages(t).is_err(), "{t}");
+        }
     }
 }
