@@ -254,7 +254,7 @@ impl<R: BufRead> Lines<R> {
         }
         chunk.data.clear();
         // Room for a whole chunk up front: grown by doubling instead, the buffer was copied five times over on its
-        // way to 32 MiB, each copy into fresh pages the kernel had to zero first (a tenth of a second at the start
+        // way to its size, each copy into fresh pages the kernel had to zero first (a tenth of a second at the start
         // of every import). Pages are only committed as lines are written into them, so a small input costs no
         // more memory than before.
         chunk
