@@ -155,16 +155,9 @@ impl<'a> Str<'a> {
 
     /// The decoded string: borrowed from the line unless it has escapes.
     fn text(self) -> Cow<'a, str> {
-        let raw = self.raw();
-        if memchr::memchr(b'\\', raw.as_bytes()).is_none() {
-            return Cow::Borrowed(raw);
-        }
         // The string was checked when the line was read, so it decodes; serde_json is left the surrogate escapes.
-        Cow::Owned(
-            crate::scan::unescape(raw)
-                .or_else(|_| serde_json::from_str(self.0))
-                .unwrap_or_default(),
-        )
+        crate::scan::checked_text(self.raw())
+            .unwrap_or_else(|_| Cow::Owned(serde_json::from_str(self.0).unwrap_or_default()))
     }
 
     /// Whether the decoded string is `s`, a string without backslashes: written plainly, or escaped (longer).
@@ -724,6 +717,17 @@ struct LitePart {
     result: Option<Value>,
 }
 
+/// A messages text as `Vec<LiteMsg>`: read by the scanner, or by serde_json where the scanner gives up (which then
+/// names any error).
+fn decode_messages(text: &str) -> serde_json::Result<Vec<LiteMsg>> {
+    fast::lite_messages(text).or_else(|_| serde_json::from_str(text))
+}
+
+/// One message of a messages text, as [`decode_messages`] reads each.
+fn decode_message(text: &str) -> serde_json::Result<LiteMsg> {
+    fast::lite_message_text(text).or_else(|_| serde_json::from_str(text))
+}
+
 /// Decodes a messages attribute (`gen_ai.input.messages`, `gen_ai.output.messages`), recorded as a JSON string or
 /// structured. `None` when the span does not have it.
 fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> {
@@ -731,22 +735,16 @@ fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> 
         return Ok(None);
     };
     let lite: Vec<LiteMsg> = match v.string_value {
-        Some(s) => {
-            let text = s.text();
-            match fast::lite_messages(&text) {
-                Ok(lite) => lite,
-                Err(_) => serde_json::from_str(&text).map_err(|e| {
-                    let what = match e.classify() {
-                        serde_json::error::Category::Data => "does not follow the messages schema",
-                        _ => "is not valid JSON",
-                    };
-                    rec.error(
-                        &format!(".attributes[{i}].value.stringValue"),
-                        format!("`{key}` {what}: {}", crate::common::json_message(&e)),
-                    )
-                })?,
-            }
-        }
+        Some(s) => decode_messages(&s.text()).map_err(|e| {
+            let what = match e.classify() {
+                serde_json::error::Category::Data => "does not follow the messages schema",
+                _ => "is not valid JSON",
+            };
+            rec.error(
+                &format!(".attributes[{i}].value.stringValue"),
+                format!("`{key}` {what}: {}", crate::common::json_message(&e)),
+            )
+        })?,
         None => Vec::<LiteMsg>::deserialize(&v.to_json()).map_err(|e| {
             rec.error(
                 &format!(".attributes[{i}].value"),
@@ -904,7 +902,7 @@ impl<'a> History<'a> {
             let idx = match prev_idx.and_then(|idx| idx.get(n)) {
                 Some(&idx) if same => idx,
                 _ => {
-                    let m: LiteMsg = serde_json::from_str(r.get()).map_err(|e| {
+                    let m = decode_message(r.get()).map_err(|e| {
                         rec.error(
                             &at(),
                             format!(
@@ -944,10 +942,7 @@ impl<'a> History<'a> {
             Ok(t) => format!("[{t}"),
             Err(_) => serde_json::from_str(&format!("\"[{tail}\"")).ok()?,
         };
-        let lite = match fast::lite_messages(&text) {
-            Ok(lite) => lite,
-            Err(_) => serde_json::from_str(&text).ok()?,
-        };
+        let lite = decode_messages(&text).ok()?;
         let first = out.len();
         let mut new = Vec::with_capacity(lite.len());
         for (j, m) in lite.into_iter().enumerate() {
@@ -1371,6 +1366,13 @@ mod tests {
                 fast::lite_messages(t).unwrap_or_else(|_| panic!("the scanner gave up on {t}"));
             let serde: Vec<LiteMsg> = serde_json::from_str(t).expect("valid");
             assert_eq!(fast, serde, "{t}");
+            // Each message alone, as a whole read of a history decodes the ones it has not seen.
+            let raw: Vec<&RawValue> = serde_json::from_str(t).expect("valid");
+            for r in raw {
+                let one = fast::lite_message_text(r.get()).expect("a message");
+                let serde: LiteMsg = serde_json::from_str(r.get()).expect("valid");
+                assert_eq!(one, serde, "{}", r.get());
+            }
         }
         // Given up on, for serde to read (or reject): a repeated field, a wrong type, a message written as an array.
         for t in [

@@ -111,6 +111,15 @@ pub(crate) fn list<'a, T>(
     Ok(out)
 }
 
+/// The text of a string the scanner has already checked (between its quotes, as written): borrowed unless it has
+/// escapes, then unescaped. It is not scanned again, only searched for a backslash. Gives up as [`unescape`] does.
+pub(crate) fn checked_text(raw: &str) -> Result<Cow<'_, str>, Reject> {
+    match memchr::memchr(b'\\', raw.as_bytes()) {
+        None => Ok(Cow::Borrowed(raw)),
+        Some(_) => unescape(raw).map(Cow::Owned),
+    }
+}
+
 /// The text of a JSON string (between its quotes, as written), unescaped as serde_json unescapes it. Gives up on
 /// surrogate escapes (which serde_json pairs or rejects) and on invalid escapes.
 pub(crate) fn unescape(raw: &str) -> Result<String, Reject> {

@@ -9,7 +9,7 @@
 
 use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
 use crate::common::{ChatMsg, content_text, function_call, parse_arguments};
-use crate::scan::{Known, Reject, Scan, list, once, opt, unescape};
+use crate::scan::{Known, Reject, Scan, checked_text, list, once, opt};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -340,17 +340,13 @@ pub(super) fn message(text: &str, default_role: &str) -> Result<(ChatMsg, bool),
     Ok((msg, shaped))
 }
 
-/// A string value's text. The scanner has checked it, so it is not scanned again: only its escapes, if it has any,
-/// are undone.
+/// A string value's text (the scanner checked it, quotes included).
 fn string(raw: &str) -> Result<Cow<'_, str>, Reject> {
     let inner = raw
         .strip_prefix('"')
         .and_then(|r| r.strip_suffix('"'))
         .ok_or(Reject)?;
-    match memchr::memchr(b'\\', inner.as_bytes()) {
-        None => Ok(Cow::Borrowed(inner)),
-        Some(_) => unescape(inner).map(Cow::Owned),
-    }
+    checked_text(inner)
 }
 
 /// A value the scanner checked, decoded.

@@ -292,6 +292,14 @@ pub(super) fn lite_messages(text: &str) -> Result<Vec<LiteMsg>, Reject> {
     Ok(messages)
 }
 
+/// One message of such a text, alone.
+pub(super) fn lite_message_text(text: &str) -> Result<LiteMsg, Reject> {
+    let mut s = Scan::new(text);
+    let message = lite_message(&mut s)?;
+    s.end()?;
+    Ok(message)
+}
+
 fn lite_message(s: &mut Scan<'_>) -> Result<LiteMsg, Reject> {
     let (mut role, mut parts, mut content, mut tool_calls, mut tool_call_id) =
         (None, None, None, None, None);
