@@ -380,7 +380,9 @@ fn sorted_steps<S: serde::Serializer>(steps: &&Vec<Step>, s: S) -> Result<S::Ok,
 
 /// A step written with the entries `Step`'s derived `Serialize` writes, in key order (the derived one writes the
 /// `type` tag first). Steps are most of a body, and the canonical writer copied each one once more to reorder it.
-/// Only for the canonical body: elsewhere a step's JSON starts with its type, as people expect to read it.
+/// Only for the canonical body: elsewhere a step's JSON starts with its type, as people expect to read it. Each
+/// variant is destructured whole, so a field added to a step is a compile error here until it is written; the
+/// skip rules mirror the derive's, and a test holds every shape to the reference form's hash.
 struct SortedStep<'a>(&'a Step);
 
 impl Serialize for SortedStep<'_> {

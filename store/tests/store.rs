@@ -134,11 +134,15 @@ fn jsonl(ts: &[Trajectory]) -> String {
 }
 
 fn reader(text: String) -> ChunkReader<Cursor<Vec<u8>>> {
+    reader_with(text, ReadOptions::default())
+}
+
+fn reader_with(text: String, opts: ReadOptions) -> ChunkReader<Cursor<Vec<u8>>> {
     ChunkReader::new(
         Cursor::new(text.into_bytes()),
         "test.jsonl",
         FormatChoice::Fixed(Format::Tooltune),
-        ReadOptions::default(),
+        opts,
     )
     .expect("reader")
 }
@@ -638,14 +642,12 @@ async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_i
             chunk_records: 256,
             ..ReadOptions::default()
         };
-        let r = ChunkReader::new(
-            Cursor::new(ts.into_bytes()),
+        s.import(
+            reader_with(ts, opts),
             "t.jsonl",
-            FormatChoice::Fixed(Format::Tooltune),
-            opts,
+            ImportOptions::default(),
+            |_| {},
         )
-        .expect("reader");
-        s.import(r, "t.jsonl", ImportOptions::default(), |_| {})
     };
     // Too few records to train on: stored with LZ4.
     let small = many("small", 10);
