@@ -38,43 +38,60 @@ pub(crate) struct Scan<'a> {
     peak: usize,
 }
 
-/// One 8-byte word with every byte set to `b`.
-const fn splat(b: u8) -> u64 {
-    u64::from_ne_bytes([b; 8])
+/// Bit `k` of the result is set when byte `i + k` of `b` is a quote, a backslash or a control character (which JSON
+/// forbids unescaped in a string), for `k` in `0..16`; bytes past the end of `b` read as zero, so they are flagged
+/// too. Sixteen bytes at a time, and every special byte of the block at once: the strings inside a trace's strings
+/// (messages, tool definitions) have an escaped quote every few characters, and a word-at-a-time search stopped and
+/// started again at each of them.
+#[inline]
+fn specials(b: &[u8], i: usize) -> u32 {
+    match b.get(i..i + 16).and_then(|c| <&[u8; 16]>::try_from(c).ok()) {
+        Some(block) => block16::specials(block),
+        None => {
+            let mut block = [0u8; 16];
+            let rest = b.get(i..).unwrap_or_default();
+            block[..rest.len()].copy_from_slice(rest);
+            block16::specials(&block)
+        }
+    }
 }
 
-const LOW: u64 = splat(0x01);
-const HIGH: u64 = splat(0x80);
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // The workspace denies unsafe code; std's SIMD intrinsics can only be called in unsafe code.
+mod block16 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
 
-/// Where in `b`, from `i` on, a string's plain run ends: the first quote, backslash or control character (which
-/// JSON forbids unescaped), or `b.len()`. Eight bytes at a time: most of a trace's text is long strings.
-#[inline]
-fn plain_end(b: &[u8], mut i: usize) -> usize {
-    while let Some(chunk) = b.get(i..i + 8) {
-        let Ok(bytes) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let w = u64::from_le_bytes(bytes);
-        // A byte below 0x20, or equal to `"` or `\` (a zero byte of the xor), sets its high bit here. Borrows can
-        // only flag bytes above the first true one, so the lowest flag is exact.
-        let quote = w ^ splat(b'"');
-        let slash = w ^ splat(b'\\');
-        let flags = ((w.wrapping_sub(splat(0x20)) & !w)
-            | (quote.wrapping_sub(LOW) & !quote)
-            | (slash.wrapping_sub(LOW) & !slash))
-            & HIGH;
-        if flags != 0 {
-            return i + (flags.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
+    /// See [`super::specials`].
+    #[inline]
+    pub(super) fn specials(block: &[u8; 16]) -> u32 {
+        // SAFETY: SSE2 is part of the x86_64 baseline, so every x86_64 CPU has the feature `sse2` asks for.
+        unsafe { sse2(block) }
     }
-    while let Some(&c) = b.get(i) {
-        if c == b'"' || c == b'\\' || c < 0x20 {
-            return i;
-        }
-        i += 1;
+
+    #[target_feature(enable = "sse2")]
+    fn sse2(block: &[u8; 16]) -> u32 {
+        // SAFETY: `block` is 16 readable bytes, and an unaligned load has no alignment requirement.
+        let v = unsafe { _mm_loadu_si128(block.as_ptr().cast::<__m128i>()) };
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let slash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        // Unsigned `v <= 0x1f`: the larger of the two is 0x1f only then.
+        let control = _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8(0x1f)), _mm_set1_epi8(0x1f));
+        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, slash), control)) as u32
     }
-    b.len()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod block16 {
+    /// See [`super::specials`].
+    #[inline]
+    pub(super) fn specials(block: &[u8; 16]) -> u32 {
+        block.iter().enumerate().fold(0, |m, (k, &c)| {
+            m | (u32::from(c == b'"' || c == b'\\' || c < 0x20) << k)
+        })
+    }
 }
 
 /// Sets a field once: a derived `Deserialize` rejects a repeated field.
@@ -235,21 +252,33 @@ impl<'a> Scan<'a> {
         mut escaped: bool,
     ) -> Result<(&'a str, bool), Reject> {
         let b = self.bytes();
-        loop {
-            i = plain_end(b, i);
-            match b.get(i) {
-                Some(b'"') => break,
-                Some(b'\\') => {
-                    escaped = true;
-                    i = self.escape(i + 1)?;
+        'blocks: loop {
+            let mut flags = specials(b, i);
+            while flags != 0 {
+                let at = i + flags.trailing_zeros() as usize;
+                match b.get(at) {
+                    Some(b'"') => {
+                        self.pos = at + 1;
+                        // Quotes and backslashes are ASCII, so both ends are character boundaries.
+                        return Ok((self.text.get(start..at).ok_or(Reject)?, escaped));
+                    }
+                    Some(b'\\') => {
+                        escaped = true;
+                        let next = self.escape(at + 1)?;
+                        if next - i >= 16 {
+                            // The escape ends in a later block: go on from its end.
+                            i = next;
+                            continue 'blocks;
+                        }
+                        // The escape's own bytes (an escaped quote or backslash) are not specials of the string.
+                        flags &= u32::MAX << (next - i);
+                    }
+                    // A control character, or the end of the text.
+                    _ => return Err(Reject),
                 }
-                // A control character, or the end of the text.
-                _ => return Err(Reject),
             }
+            i += 16;
         }
-        self.pos = i + 1;
-        // Quotes and backslashes are ASCII, so both ends are character boundaries.
-        Ok((self.text.get(start..i).ok_or(Reject)?, escaped))
     }
 
     /// A string value as written, quotes included. `like` is a string checked before (as written, quotes included)
@@ -589,21 +618,45 @@ mod tests {
     }
 
     #[test]
-    fn plain_runs_end_at_the_first_special_byte_wherever_it_falls() {
-        // Lengths and starts that put the special byte in the word-at-a-time and the byte-by-byte part.
-        for start in [0, 3] {
-            for len in 0..48 {
-                for special in [b'"', b'\\', 0x1f, 0x00] {
-                    let mut b = vec![b'a'; start + len];
-                    b.push(special);
-                    b.extend_from_slice(b"\"\"\"");
-                    assert_eq!(plain_end(&b, start), start + len, "{start} {len} {special}");
+    fn every_special_byte_of_a_block_is_flagged_and_nothing_else() {
+        let special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+        for c in 0..=255u8 {
+            for k in 0..16 {
+                let mut block = [b'a'; 16];
+                block[k] = c;
+                let want = if special(c) { 1 << k } else { 0 };
+                assert_eq!(specials(&block, 0), want, "byte {c:#x} at {k}");
+            }
+        }
+        // Past the end of the text every byte is flagged, so a scan never runs off it.
+        for len in 0..16 {
+            let b = vec![b'a'; len];
+            assert_eq!(specials(&b, 0), u32::MAX << len & 0xffff, "{len}");
+        }
+    }
+
+    #[test]
+    fn strings_end_and_escapes_are_checked_wherever_they_fall_in_a_block() {
+        let escapes = [r#"\""#, r"\\", r"\n", r"\u00e9", r"\u20ac", r"\/"];
+        for pad in 0..40 {
+            for tail in 0..20 {
+                for esc in escapes {
+                    let body = format!("{}{esc}{}", "a".repeat(pad), "z".repeat(tail));
+                    let text = format!("\"{body}\" ,1");
+                    let mut s = Scan::new(&text);
+                    assert_eq!(s.raw_str().ok(), Some((body.as_str(), true)), "{text}");
+                    assert_eq!(&text[s.pos..], " ,1", "{text}");
+                    let decoded: String = serde_json::from_str(&format!("\"{body}\"")).unwrap();
+                    assert_eq!(Scan::new(&format!("\"{body}\"")).str().unwrap(), decoded);
                 }
-                // Bytes of multi-byte characters and everything from 0x20 up are plain.
-                let b: Vec<u8> = (0..start + len)
-                    .map(|i| [0x20, 0x7f, 0xc3, 0xff, 0x80][i % 5])
-                    .collect();
-                assert_eq!(plain_end(&b, start), start + len);
+                // An escape cut off by the end of the text, a bad escape, a control character: all rejected.
+                for bad in [r"\", r"\u00", r"\x", "\u{1}", "\t"] {
+                    let text = format!("\"{}{bad}{}\"", "a".repeat(pad), "z".repeat(tail));
+                    assert!(Scan::new(&text).raw_str().is_err(), "{text:?}");
+                    assert!(serde_json::from_str::<String>(&text).is_err(), "{text:?}");
+                }
+                let open = format!("\"{}", "a".repeat(pad + tail));
+                assert!(Scan::new(&open).raw_str().is_err(), "{open}");
             }
         }
     }
