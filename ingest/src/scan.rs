@@ -138,13 +138,42 @@ pub(crate) fn checked_text(raw: &str) -> Result<Cow<'_, str>, Reject> {
 }
 
 /// The text of a JSON string (between its quotes, as written), unescaped as serde_json unescapes it. Gives up on
-/// surrogate escapes (which serde_json pairs or rejects) and on invalid escapes.
+/// surrogate escapes (which serde_json pairs or rejects), on invalid escapes, and on what a checked string cannot
+/// hold (an unescaped quote or control character).
 pub(crate) fn unescape(raw: &str) -> Result<String, Reject> {
     let b = raw.as_bytes();
     let mut out = String::with_capacity(raw.len());
+    // The escapes are found a block of sixteen bytes at a time (see [`specials`]): JSON written into a string has
+    // an escaped quote every few characters, and searching afresh for each one cost more than the copying.
+    let mut base = 0;
+    let mut flags = specials(b, 0);
+    // Where the text not yet copied begins.
     let mut i = 0;
-    while let Some(at) = memchr::memchr(b'\\', &b[i..]).map(|off| i + off) {
-        out.push_str(raw.get(i..at).ok_or(Reject)?);
+    loop {
+        if flags == 0 {
+            base += 16;
+            if base >= b.len() {
+                break;
+            }
+            flags = specials(b, base);
+            continue;
+        }
+        let at = base + flags.trailing_zeros() as usize;
+        if at >= b.len() {
+            break;
+        }
+        if b[at] != b'\\' {
+            return Err(Reject);
+        }
+        // Runs between escapes are short: copied as a whole block of sixteen and cut back, the copy is a couple of
+        // instructions instead of a call. `out` never outgrows its capacity: it holds at most the `i` bytes read.
+        match raw.get(i..i + 16) {
+            Some(block) if at - i <= 16 => {
+                out.push_str(block);
+                out.truncate(out.len() - (16 - (at - i)));
+            }
+            _ => out.push_str(raw.get(i..at).ok_or(Reject)?),
+        }
         let (c, len) = match b.get(at + 1) {
             Some(b'"') => ('"', 2),
             Some(b'\\') => ('\\', 2),
@@ -167,6 +196,14 @@ pub(crate) fn unescape(raw: &str) -> Result<String, Reject> {
         };
         out.push(c);
         i = at + len;
+        // The escape's own bytes are not looked at again.
+        let skip = i - base;
+        if skip >= 16 {
+            base = i;
+            flags = specials(b, base);
+        } else {
+            flags &= u32::MAX << skip;
+        }
     }
     out.push_str(raw.get(i..).ok_or(Reject)?);
     Ok(out)
@@ -655,6 +692,12 @@ mod tests {
                     assert!(Scan::new(&text).raw_str().is_err(), "{text:?}");
                     assert!(serde_json::from_str::<String>(&text).is_err(), "{text:?}");
                 }
+                // Escapes back to back, several in one block and across blocks.
+                let body = format!("{}{}", "a".repeat(pad), escapes.concat().repeat(tail % 4 + 1));
+                let text = format!("\"{body}\"");
+                let decoded: String = serde_json::from_str(&text).unwrap();
+                assert_eq!(Scan::new(&text).str().unwrap(), decoded, "{text}");
+                assert_eq!(unescape(&body).unwrap(), decoded, "{text}");
                 let open = format!("\"{}", "a".repeat(pad + tail));
                 assert!(Scan::new(&open).raw_str().is_err(), "{open}");
             }
