@@ -1326,6 +1326,64 @@ mod tests {
         assert!(n >= 10, "{n}");
     }
 
+    /// Attributes written the way exporters write them (matched as text) and every other way serde reads them
+    /// (read key by key) build the same values, and shapes serde rejects are given up on.
+    #[test]
+    fn attributes_in_every_shape_read_as_serde_reads_them() {
+        let long = format!("\\\"{}\\\"", "x".repeat(200));
+        let attrs = [
+            r#"{"key":"a","value":{"stringValue":"chat"}}"#.to_string(),
+            r#"{"key":"a","value":{"stringValue":"with \"escapes\" \u00e9"}}"#.to_string(),
+            format!(r#"{{"key":"m","value":{{"stringValue":"[{long}]"}}}}"#),
+            format!(r#"{{"key":"m","value":{{"stringValue":"[{long},{long}]"}}}}"#),
+            r#"{"key":"n","value":{"intValue":"443"}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":-7}}"#.to_string(),
+            r#"{"key":"b","value":{"boolValue":true}}"#.to_string(),
+            r#"{"key":"b","value":{"boolValue":false}}"#.to_string(),
+            r#"{"key":"d","value":{"doubleValue":0.25}}"#.to_string(),
+            r#"{"key":"s","value":{"stringValue":null}}"#.to_string(),
+            r#"{"key":"b","value":{"boolValue":null}}"#.to_string(),
+            r#"{ "key" : "w" , "value" : { "stringValue" : "spaced" } }"#.to_string(),
+            r#"{"value":{"stringValue":"first"},"key":"v"}"#.to_string(),
+            r#"{"key":"e","value":{}}"#.to_string(),
+            r#"{"key":"e"}"#.to_string(),
+            r#"{"key":"x","value":{"stringValue":"a","other":1}}"#.to_string(),
+            r#"{"key":"x","value":{"stringValue":"a"},"other":[1]}"#.to_string(),
+            r#"{"key":"k\u0065y","value":{"stringValue":"escaped key"}}"#.to_string(),
+            r#"{"key":"arr","value":{"arrayValue":{"values":[{"stringValue":"a"},{"intValue":"1"}]}}}"#.to_string(),
+            r#"{"key":"kv","value":{"kvlistValue":{"values":[{"key":"in","value":{"boolValue":true}}]}}}"#
+                .to_string(),
+        ];
+        let line = |attrs: &str| {
+            format!(
+                r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"t","spanId":"s","startTimeUnixNano":"1","attributes":[{attrs}]}}]}}]}}]}}"#
+            )
+        };
+        let all = line(&attrs.join(","));
+        let serde: Request = serde_json::from_str(&all).expect("valid");
+        let fast = fast::request(&all).unwrap_or_else(|_| panic!("the scanner gave up"));
+        assert_eq!(outline(&fast), outline(&serde));
+        for a in &attrs {
+            let one = line(a);
+            let serde: Request = serde_json::from_str(&one).expect("valid");
+            let fast = fast::request(&one).unwrap_or_else(|_| panic!("the scanner gave up on {a}"));
+            assert_eq!(outline(&fast), outline(&serde), "{a}");
+        }
+        for bad in [
+            r#"{"key":"n","value":{"intValue":"x"}}"#,
+            r#"{"key":"n","value":{"intValue":1.5}}"#,
+            r#"{"key":"b","value":{"boolValue":"true"}}"#,
+            r#"{"key":"s","value":{"stringValue":5}}"#,
+            r#"{"key":"s","value":{"stringValue":"a","stringValue":"b"}}"#,
+            r#"{"key":5,"value":{"stringValue":"a"}}"#,
+            r#"{"key":"s","value":{"stringValue":"a"}"#,
+        ] {
+            let l = line(bad);
+            assert!(fast::request(&l).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Request>(&l).is_err(), "{bad}");
+        }
+    }
+
     /// Every messages attribute of the fixtures and samples, and odd shapes serde accepts, read by the scanner
     /// as serde reads them; shapes it gives up on are left to serde.
     #[test]

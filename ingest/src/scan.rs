@@ -273,6 +273,40 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// Consumes `text` if the record goes on with exactly it (no whitespace skipped): for fast paths that read a
+    /// shape the way its producers write it, giving up otherwise.
+    pub(crate) fn exactly(&mut self, text: &[u8]) -> bool {
+        let found = self
+            .bytes()
+            .get(self.pos..)
+            .is_some_and(|b| b.starts_with(text));
+        if found {
+            self.pos += text.len();
+        }
+        found
+    }
+
+    /// Runs a fast path that gives up with `None`, leaving the scanner where it was.
+    pub(crate) fn attempt<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        let (pos, depth, peak) = (self.pos, self.depth, self.peak);
+        let out = f(self);
+        if out.is_none() {
+            (self.pos, self.depth, self.peak) = (pos, depth, peak);
+        }
+        out
+    }
+
+    /// Counts `levels` of nesting that a fast path matched with [`exactly`](Self::exactly) (so they are never
+    /// entered one by one): `None` where they nest too deep, which the general path then rejects.
+    pub(crate) fn nests(&mut self, levels: usize) -> Option<()> {
+        let deepest = self.depth + levels;
+        if deepest > MAX_DEPTH {
+            return None;
+        }
+        self.peak = self.peak.max(deepest);
+        Some(())
+    }
+
     /// A string (the next value must be one): its text between the quotes as written, and whether it has escapes.
     fn raw_str(&mut self) -> Result<(&'a str, bool), Reject> {
         self.eat(b'"')?;
@@ -693,7 +727,11 @@ mod tests {
                     assert!(serde_json::from_str::<String>(&text).is_err(), "{text:?}");
                 }
                 // Escapes back to back, several in one block and across blocks.
-                let body = format!("{}{}", "a".repeat(pad), escapes.concat().repeat(tail % 4 + 1));
+                let body = format!(
+                    "{}{}",
+                    "a".repeat(pad),
+                    escapes.concat().repeat(tail % 4 + 1)
+                );
                 let text = format!("\"{body}\"");
                 let decoded: String = serde_json::from_str(&text).unwrap();
                 assert_eq!(Scan::new(&text).str().unwrap(), decoded, "{text}");

@@ -179,6 +179,9 @@ fn status_of<'a>(s: &mut Scan<'a>) -> Result<Status<'a>, Reject> {
 }
 
 fn key_value<'a>(s: &mut Scan<'a>, prev: &mut Previous<'a>) -> Result<KeyValue<'a>, Reject> {
+    if let Some(kv) = s.attempt(|s| compact_key_value(s, prev)) {
+        return Ok(kv);
+    }
     let (mut key, mut value) = (None, None);
     s.object(|s, k| match k {
         "key" => once(&mut key, string(s)?),
@@ -196,6 +199,48 @@ fn key_value<'a>(s: &mut Scan<'a>, prev: &mut Previous<'a>) -> Result<KeyValue<'
         key: key.ok_or(Reject)?,
         value: value.unwrap_or_default(),
     })
+}
+
+/// An attribute as OTLP/JSON exporters write nearly all of them, `{"key":"…","value":{"stringValue":"…"}}` (or one
+/// of the other scalar values) without whitespace, matched as text rather than read as two objects key by key: a
+/// trace has dozens of attributes, and the general path spent more on their framing than on their strings. `None`
+/// for any other shape, which [`key_value`] then reads the general way; it builds what that would build.
+fn compact_key_value<'a>(s: &mut Scan<'a>, prev: &mut Previous<'a>) -> Option<KeyValue<'a>> {
+    s.nests(2)?;
+    if !s.exactly(br#"{"key":"#) {
+        return None;
+    }
+    let key = string(s).ok()?;
+    if !s.exactly(br#","value":{""#) {
+        return None;
+    }
+    let mut value = AnyValue::default();
+    let mut long = None;
+    if s.exactly(br#"stringValue":"#) {
+        if s.peek().ok()? != b'"' {
+            return None;
+        }
+        let text = s.quoted_str(prev.get(key.0)).ok()?;
+        long = Some(text).filter(|t| t.len() >= REMEMBER_FROM);
+        value.string_value = Some(Str(text));
+    } else if s.exactly(br#"intValue":"#) {
+        value.int_value = Some(i64::try_from(integer(s).ok()?).ok()?);
+    } else if s.exactly(br#"boolValue":"#) {
+        value.bool_value = Some(match s.value().ok()? {
+            "true" => true,
+            "false" => false,
+            _ => return None,
+        });
+    } else {
+        return None;
+    }
+    if !s.exactly(b"}}") {
+        return None;
+    }
+    if let Some(long) = long {
+        prev.set(key.0, long);
+    }
+    Some(KeyValue { key, value })
 }
 
 /// An `AnyValue`, and its string value if it is long enough to remember. `like`: see [`Scan::quoted_str`].
