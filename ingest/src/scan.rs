@@ -742,6 +742,74 @@ mod tests {
         }
     }
 
+    /// Strings pieced together at random from escapes, runs of backslashes, quotes, control characters and
+    /// multi-byte characters, so that every kind of byte falls at every place of a block: the scanner accepts
+    /// exactly what serde_json accepts (or gives up), ends each string where serde_json does, and unescapes it
+    /// the same.
+    #[test]
+    fn random_strings_scan_as_serde_json_reads_them() {
+        let pieces = [
+            "a",
+            "bcdefgh",
+            r#"\""#,
+            r"\\",
+            r"\\\\",
+            r"\n",
+            r"\t",
+            r"\/",
+            r"\u00e9",
+            r"\u20AC",
+            r"\ud83d\ude00",
+            r"\u12",
+            r"\x",
+            r"\",
+            "\"",
+            "\u{1}",
+            "\t",
+            "é",
+            "☃",
+            "😀",
+            " ",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut accepted, mut rejected) = (0, 0);
+        for _ in 0..20_000 {
+            let n = (next() % 24) as usize;
+            let body: String = (0..n)
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .collect();
+            let text = format!("\"{body}\" ,");
+            let mut stream = serde_json::Deserializer::from_str(&text).into_iter::<String>();
+            let theirs = match stream.next() {
+                Some(Ok(v)) => Some((v, stream.byte_offset())),
+                _ => None,
+            };
+            let mut s = Scan::new(&text);
+            match s.str() {
+                Ok(ours) => {
+                    let (v, end) = theirs.unwrap_or_else(|| panic!("serde_json rejects {text:?}"));
+                    assert_eq!((ours.as_ref(), s.pos), (v.as_str(), end), "{text:?}");
+                    accepted += 1;
+                }
+                // Given up on: serde_json either rejects it or it holds a surrogate escape.
+                Err(Reject) => {
+                    assert!(theirs.is_none() || body.contains(r"\ud83d"), "{text:?}");
+                    rejected += 1;
+                }
+            }
+        }
+        assert!(
+            accepted > 2_000 && rejected > 2_000,
+            "{accepted} {rejected}"
+        );
+    }
+
     #[test]
     fn a_known_value_is_skipped_only_where_it_nests_legally() {
         let mut s = Scan::new("[[1],[[2]]]");
