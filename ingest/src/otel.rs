@@ -288,6 +288,9 @@ struct SpanRec<'a> {
     /// Indices of the span in its line: resourceSpans, scopeSpans, spans.
     at: (usize, usize, usize),
     service: Option<Str<'a>>,
+    /// Whether an attribute key has an escape: when none has (nearly always), a key is found by comparing the text
+    /// as written, without looking for escapes again on every lookup.
+    escaped_keys: bool,
 }
 
 impl<'a> SpanRec<'a> {
@@ -301,12 +304,13 @@ impl<'a> SpanRec<'a> {
     }
 
     fn attr(&self, key: &str) -> Option<(usize, &AnyValue<'a>)> {
-        self.span
-            .attributes
-            .iter()
-            .enumerate()
-            .find(|(_, kv)| kv.key.is(key))
-            .map(|(i, kv)| (i, &kv.value))
+        let mut attrs = self.span.attributes.iter().enumerate();
+        let found = if self.escaped_keys {
+            attrs.find(|(_, kv)| kv.key.is(key))
+        } else {
+            attrs.find(|(_, kv)| kv.key.raw() == key)
+        };
+        found.map(|(i, kv)| (i, &kv.value))
     }
 
     fn attr_str(&self, key: &str) -> Option<Cow<'a, str>> {
@@ -397,11 +401,16 @@ fn parse_line(text: &str, line: u64) -> Result<Vec<SpanRec<'_>>, RecordError> {
                         "is empty",
                     ));
                 }
+                let escaped_keys = span
+                    .attributes
+                    .iter()
+                    .any(|kv| memchr::memchr(b'\\', kv.key.raw().as_bytes()).is_some());
                 out.push(SpanRec {
                     span,
                     line,
                     at: (r, s, p),
                     service,
+                    escaped_keys,
                 });
             }
         }
@@ -1369,6 +1378,11 @@ mod tests {
             format!(r#"{{"key":"m","value":{{"stringValue":"[{long},{long}]"}}}}"#),
             r#"{"key":"n","value":{"intValue":"443"}}"#.to_string(),
             r#"{"key":"n","value":{"intValue":-7}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":"0007"}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":"9223372036854775807"}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":" 12 "}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":"+5"}}"#.to_string(),
+            r#"{"key":"n","value":{"intValue":"-5"}}"#.to_string(),
             r#"{"key":"b","value":{"boolValue":true}}"#.to_string(),
             r#"{"key":"b","value":{"boolValue":false}}"#.to_string(),
             r#"{"key":"d","value":{"doubleValue":0.25}}"#.to_string(),
@@ -1403,6 +1417,9 @@ mod tests {
         for bad in [
             r#"{"key":"n","value":{"intValue":"x"}}"#,
             r#"{"key":"n","value":{"intValue":1.5}}"#,
+            r#"{"key":"n","value":{"intValue":"9223372036854775808"}}"#,
+            r#"{"key":"n","value":{"intValue":"99999999999999999999"}}"#,
+            r#"{"key":"n","value":{"intValue":""}}"#,
             r#"{"key":"b","value":{"boolValue":"true"}}"#,
             r#"{"key":"s","value":{"stringValue":5}}"#,
             r#"{"key":"s","value":{"stringValue":"a","stringValue":"b"}}"#,

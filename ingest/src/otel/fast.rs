@@ -129,7 +129,17 @@ fn span<'a>(s: &mut Scan<'a>, prev: &mut Previous<'a>) -> Result<Span<'a>, Rejec
 /// What `IntVisitor` reads: an integer, or a string holding one. Other numbers are left to serde_json.
 fn integer(s: &mut Scan<'_>) -> Result<i128, Reject> {
     if s.peek()? == b'"' {
-        return string(s)?.text().trim().parse().map_err(|_| Reject);
+        let text = string(s)?;
+        // The usual string: plain digits (times in nanoseconds, token counts), short enough for a `u64`, read
+        // without the general parse below, which decodes the string first and works in `i128`.
+        let digits = text.raw().as_bytes();
+        if (1..=19).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+            let n = digits
+                .iter()
+                .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            return Ok(i128::from(n));
+        }
+        return text.text().trim().parse().map_err(|_| Reject);
     }
     int_literal(s.value()?).ok_or(Reject)
 }
