@@ -690,7 +690,18 @@ async fn sqlite_bodies_compress_with_one_dictionary_trained_by_the_first_large_i
     .await
     .expect("markers");
     assert_eq!(markers, [("lz4".to_string(), 10), ("zsd".to_string(), 601)]);
+    assert_no_dangling_references(&pool).await;
     pool.close().await;
+}
+
+/// An import writes with foreign keys unchecked (it references only rows it has just written or read back):
+/// SQLite's own check must find every reference whole afterwards.
+async fn assert_no_dangling_references(pool: &sqlx::AnyPool) {
+    let dangling = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(pool)
+        .await
+        .expect("foreign key check");
+    assert!(dangling.is_empty(), "{} dangling references", dangling.len());
 }
 
 /// A SQLite import writes its rows through SQLite's C API, `Store::insert` (and PostgreSQL) through sqlx: the
@@ -734,6 +745,9 @@ async fn sqlite_import_writes_the_rows_insert_writes() {
         rows
     }
     let (from_import, from_insert) = (rows(&a).await, rows(&b).await);
+    let pool = a.sqlite_pool().await;
+    assert_no_dangling_references(&pool).await;
+    pool.close().await;
     assert_eq!(from_import.len(), 6 * 2, "two tools each");
     assert_eq!(from_import, from_insert);
     for t in &ts {
