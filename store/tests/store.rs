@@ -701,7 +701,11 @@ async fn assert_no_dangling_references(pool: &sqlx::AnyPool) {
         .fetch_all(pool)
         .await
         .expect("foreign key check");
-    assert!(dangling.is_empty(), "{} dangling references", dangling.len());
+    assert!(
+        dangling.is_empty(),
+        "{} dangling references",
+        dangling.len()
+    );
 }
 
 /// A SQLite import writes its rows through SQLite's C API, `Store::insert` (and PostgreSQL) through sqlx: the

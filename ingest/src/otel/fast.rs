@@ -312,9 +312,9 @@ fn any_value<'a>(
                         }
                         _ => s.value().map(drop),
                     })?;
-                    Ok(ArrayValue {
+                    Ok(Box::new(ArrayValue {
                         values: values.unwrap_or_default(),
-                    })
+                    }))
                 })?
             }
             5 => {
@@ -325,9 +325,9 @@ fn any_value<'a>(
                         "values" => once(&mut values, list(s, |s| key_value(s, &mut nested))?),
                         _ => s.value().map(drop),
                     })?;
-                    Ok(KvList {
+                    Ok(Box::new(KvList {
                         values: values.unwrap_or_default(),
-                    })
+                    }))
                 })?
             }
             _ => v.bytes_value = opt(s, string)?,
