@@ -717,8 +717,12 @@ mod tests {
                     let mut s = Scan::new(&text);
                     assert_eq!(s.raw_str().ok(), Some((body.as_str(), true)), "{text}");
                     assert_eq!(&text[s.pos..], " ,1", "{text}");
-                    let decoded: String = serde_json::from_str(&format!("\"{body}\"")).unwrap();
-                    assert_eq!(Scan::new(&format!("\"{body}\"")).str().unwrap(), decoded);
+                    let decoded: String =
+                        serde_json::from_str(&format!("\"{body}\"")).expect("valid");
+                    assert_eq!(
+                        Scan::new(&format!("\"{body}\"")).str().expect("valid"),
+                        decoded
+                    );
                 }
                 // An escape cut off by the end of the text, a bad escape, a control character: all rejected.
                 for bad in [r"\", r"\u00", r"\x", "\u{1}", "\t"] {
@@ -733,9 +737,9 @@ mod tests {
                     escapes.concat().repeat(tail % 4 + 1)
                 );
                 let text = format!("\"{body}\"");
-                let decoded: String = serde_json::from_str(&text).unwrap();
-                assert_eq!(Scan::new(&text).str().unwrap(), decoded, "{text}");
-                assert_eq!(unescape(&body).unwrap(), decoded, "{text}");
+                let decoded: String = serde_json::from_str(&text).expect("valid");
+                assert_eq!(Scan::new(&text).str().expect("valid"), decoded, "{text}");
+                assert_eq!(unescape(&body).expect("valid"), decoded, "{text}");
                 let open = format!("\"{}", "a".repeat(pad + tail));
                 assert!(Scan::new(&open).raw_str().is_err(), "{open}");
             }
