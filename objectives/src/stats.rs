@@ -49,12 +49,22 @@ pub fn wilson_at(hits: u64, trials: u64, confidence: f64) -> Rate {
     let denom = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denom;
     let half = z * ((p * (1.0 - p) / n) + z2 / (4.0 * n * n)).sqrt() / denom;
+    // At 0 or all hits the interval's end is exactly 0 or 1; computed, it rounds to 1e-17 or 0.9999999999999999,
+    // which reads as a bug in a server author's JSON.
     Rate {
         hits,
         trials,
         value: Some(p),
-        low: (centre - half).max(0.0),
-        high: (centre + half).min(1.0),
+        low: if hits == 0 {
+            0.0
+        } else {
+            (centre - half).max(0.0)
+        },
+        high: if hits == trials {
+            1.0
+        } else {
+            (centre + half).min(1.0)
+        },
     }
 }
 
@@ -121,6 +131,15 @@ mod tests {
         // 0/10 -> 0 to 0.2775 (same table: 0/20 -> 0 to 0.1611).
         let r = Rate::wilson(0, 20);
         assert!(close(r.low, 0.0) && close(r.high, 0.1611), "{r:?}");
+    }
+
+    #[test]
+    fn wilson_ends_at_exactly_zero_and_one() {
+        for n in 1..=200 {
+            assert_eq!(Rate::wilson(n, n).high, 1.0, "{n}/{n}");
+            assert_eq!(Rate::wilson(0, n).low, 0.0, "0/{n}");
+            assert!(Rate::wilson(n - 1, n).high < 1.0, "{}/{n}", n - 1);
+        }
     }
 
     #[test]
