@@ -120,6 +120,8 @@ fn check_malformed_file_changes_nothing(db: &str, dir: &Path) {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.jsonl:3"), "{err}");
+    // The line is named once, as file:line, not again inside the message.
+    assert!(!err.contains("line 3"), "{err}");
     assert!(err.contains("nothing of this file was stored"), "{err}");
     let after = stdout_json(&tooltune(db, &["traces", "stats", "--json"]));
     assert_eq!(before, after, "a rejected file changed the store");
@@ -146,6 +148,10 @@ fn check_malformed_file_changes_nothing(db: &str, dir: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = stdout_json(&o);
     assert_eq!(j["files"][0]["report"]["skipped"][0]["line"], 3, "{j}");
+    let message = j["files"][0]["report"]["skipped"][0]["message"]
+        .as_str()
+        .expect("a skipped record's message");
+    assert!(!message.is_empty() && !message.contains("line 3"), "{j}");
 }
 
 #[test]

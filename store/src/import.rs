@@ -359,9 +359,14 @@ fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
     for p in chunk {
         match p.result {
             Ok(row) => valid.push(row),
+            // The line is a field of its own, which every caller prints beside the message; the error's own
+            // Display repeats it ("f.jsonl:4: line 4: ..."), so the message is built without it.
             Err(e) => invalid.push(SkippedRecord {
                 line: p.line,
-                message: e.to_string(),
+                message: match e.path {
+                    Some(path) => format!("{path}: {}", e.message),
+                    None => e.message,
+                },
             }),
         }
     }
