@@ -25,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long)]
     suite: Option<PathBuf>,
     /// Budget in rollouts for each objective's search (the final held-out comparison comes on top). With the
-    /// embedded 1.5B the default takes about 12 minutes on two cores of a recent (AVX-512) CPU, about an hour on
+    /// embedded 1.5B the default takes 12 to 30 minutes on two cores of a recent (AVX-512) CPU, about an hour on
     /// an older AVX2-only one.
     #[arg(long, default_value_t = 70)]
     budget: u64,
@@ -219,10 +219,19 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
             reflector: reflector.clone(),
             stop_file: None,
         };
+        // The first run's estimate also counts the second run, so it is of the whole demo.
+        let test_tasks = suite.split(tooltune_evaluator::Split::Test).count() as u64;
+        let later = if summaries.is_empty() {
+            args.budget + 2 * test_tasks
+        } else {
+            0
+        };
         let (bar, on_event) = progress_printer(
             format!("{} ({}/2)", objective.as_str(), summaries.len() + 1),
             args.budget,
             0,
+            test_tasks,
+            later,
         );
         let r = tooltune_driver::start(&store, cfg, models.clone(), stop.clone(), &on_event).await;
         bar.finish_and_clear();

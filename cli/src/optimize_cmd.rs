@@ -8,7 +8,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tooltune_driver::{Event, Models, RunConfig, RunSummary, StopSignal};
+use tooltune_evaluator::Split;
 use tooltune_objectives::Objective;
 use tooltune_objectives::stats::Rate;
 use tooltune_optimizer::Budget;
@@ -97,10 +99,17 @@ pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>)
 
 /// A progress display fed by the driver's events. `spent_before` is what a resumed run had already spent: the
 /// time estimate divides only this process's time by only this process's rollouts.
+///
+/// The estimate is of the whole command, not only of the search's budget: after the budget come the held-out
+/// evaluations of the seed and the winner (`test_tasks` rollouts each), and `later` counts rollouts of runs this
+/// command starts afterwards (the demo's second objective). Without them the demo's first estimate said six
+/// minutes for a run that took fourteen.
 pub fn progress_printer(
     label: String,
     budget: u64,
     spent_before: u64,
+    test_tasks: u64,
+    later: u64,
 ) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
     let bar = ProgressBar::new(budget);
     bar.set_style(
@@ -116,6 +125,22 @@ pub fn progress_printer(
     // then goes to stderr as plain lines, so a long run is never silent.
     let tty = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
+    // What the events have said so far: rollouts spent (this run's count, resumed ones included) and how many
+    // held-out evaluations have started.
+    let last_spent = AtomicU64::new(spent_before);
+    let tests_started = AtomicU64::new(0);
+    // `this_run`: rollouts of this run still to come. The pace counts the held-out rollouts done so far too.
+    let left = move |spent: u64, tests_done: u64, this_run: u64| {
+        if budget == 0 {
+            // A run without a rollout limit has no end to estimate.
+            return String::new();
+        }
+        time_left(
+            started.elapsed().as_secs_f64(),
+            spent.saturating_sub(spent_before) + tests_done * test_tasks,
+            this_run + later,
+        )
+    };
     let say = move |b: &ProgressBar, line: String| {
         if tty {
             b.println(line);
@@ -133,7 +158,17 @@ pub fn progress_printer(
             phase,
             tasks,
         } => {
-            let m = format!("evaluating c{candidate} on {tasks} {phase} tasks");
+            let m = if phase == "test" {
+                let done = tests_started.fetch_add(1, Ordering::Relaxed);
+                let left = left(
+                    last_spent.load(Ordering::Relaxed),
+                    done,
+                    2u64.saturating_sub(done) * test_tasks,
+                );
+                format!("evaluating c{candidate} on {tasks} {phase} tasks{left}")
+            } else {
+                format!("evaluating c{candidate} on {tasks} {phase} tasks")
+            };
             if !tty {
                 say(&b, m.clone());
             }
@@ -150,11 +185,20 @@ pub fn progress_printer(
             // A run without a rollout limit (budget 0) has no "of N" and no estimate.
             let spent = if budget == 0 {
                 format!("{rollouts_spent} rollouts")
+            } else if phase == "test" {
+                // The held-out evaluations are not counted in the search's rollouts.
+                let left = if later > 0 {
+                    left(*rollouts_spent, tests_started.load(Ordering::Relaxed), 0)
+                } else {
+                    String::new()
+                };
+                format!("{rollouts_spent}/{budget} rollouts{left}")
             } else {
-                let left = time_left(
-                    started.elapsed().as_secs_f64(),
-                    rollouts_spent.saturating_sub(spent_before),
-                    budget.saturating_sub(*rollouts_spent),
+                last_spent.store(*rollouts_spent, Ordering::Relaxed);
+                let left = left(
+                    *rollouts_spent,
+                    0,
+                    budget.saturating_sub(*rollouts_spent) + 2 * test_tasks,
                 );
                 format!("{rollouts_spent}/{budget} rollouts{left}")
             };
@@ -242,8 +286,17 @@ pub async fn run(
         )
         .await?;
         let spent_before = u64::try_from(store.count_rollouts(run_id).await?).unwrap_or(0);
-        let (bar, on_event) =
-            progress_printer(format!("{run_id} (resumed)"), budget_of(&cfg), spent_before);
+        // Only for the estimate: the driver loads the suite itself and names any error.
+        let test_tasks = tooltune_evaluator::Suite::load(&cfg.suite)
+            .map(|s| s.split(Split::Test).count() as u64)
+            .unwrap_or(0);
+        let (bar, on_event) = progress_printer(
+            format!("{run_id} (resumed)"),
+            budget_of(&cfg),
+            spent_before,
+            test_tasks,
+            0,
+        );
         let r = tooltune_driver::resume(&store, run_id, models, stop, &on_event).await;
         bar.finish_and_clear();
         r?
@@ -301,6 +354,8 @@ pub async fn run(
         let (bar, on_event) = progress_printer(
             format!("{} on {}", objective.as_str(), loaded.name),
             args.budget,
+            0,
+            loaded.split(Split::Test).count() as u64,
             0,
         );
         let r = tooltune_driver::start(&store, cfg, models, stop, &on_event).await;
