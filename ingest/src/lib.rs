@@ -169,14 +169,28 @@ impl RecordError {
     pub(crate) fn at(line: u64, path: impl Into<String>, message: impl Into<String>) -> Self {
         RecordError::new(line, Some(path.into()), message)
     }
+
+    /// The JSON path and what is wrong, without the line: for a report that names the file and line itself
+    /// (`f.jsonl:4: spans[0].traceId: ...`), where the full form would name the line twice.
+    pub fn without_line(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = self.write_what(&mut s);
+        s
+    }
+
+    fn write_what(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(w, "{path}: {}", self.message),
+            None => w.write_str(&self.message),
+        }
+    }
 }
 
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(path) => write!(f, "line {}: {}: {}", self.line, path, self.message),
-            None => write!(f, "line {}: {}", self.line, self.message),
-        }
+        write!(f, "line {}: ", self.line)?;
+        self.write_what(f)
     }
 }
 

@@ -359,14 +359,10 @@ fn split_chunk(chunk: Vec<tooltune_ingest::Parsed<Prepared>>) -> PreparedChunk {
     for p in chunk {
         match p.result {
             Ok(row) => valid.push(row),
-            // The line is a field of its own, which every caller prints beside the message; the error's own
-            // Display repeats it ("f.jsonl:4: line 4: ..."), so the message is built without it.
+            // The line is a field of its own, which every caller prints beside the message.
             Err(e) => invalid.push(SkippedRecord {
                 line: p.line,
-                message: match e.path {
-                    Some(path) => format!("{path}: {}", e.message),
-                    None => e.message,
-                },
+                message: e.without_line(),
             }),
         }
     }
