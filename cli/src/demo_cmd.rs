@@ -197,8 +197,10 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     let (agent, reflector) = args.models.resolve(config)?;
     let models = models(&agent, Some(&reflector), args.models.api_key_env.as_deref()).await?;
 
+    let test_tasks = suite.split(tooltune_evaluator::Split::Test).count() as u64;
     let mut summaries = Vec::new();
-    for objective in [Objective::TaskSuccess, Objective::SelectionRate] {
+    let objectives = [Objective::TaskSuccess, Objective::SelectionRate];
+    for (i, objective) in objectives.into_iter().enumerate() {
         let cfg = RunConfig {
             suite: suite_path.clone(),
             tools: vec![target.clone()],
@@ -220,18 +222,12 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
             stop_file: None,
         };
         // The first run's estimate also counts the second run, so it is of the whole demo.
-        let test_tasks = suite.split(tooltune_evaluator::Split::Test).count() as u64;
-        let later = if summaries.is_empty() {
-            args.budget + 2 * test_tasks
-        } else {
-            0
-        };
         let (bar, on_event) = progress_printer(
-            format!("{} ({}/2)", objective.as_str(), summaries.len() + 1),
+            format!("{} ({}/{})", objective.as_str(), i + 1, objectives.len()),
             args.budget,
             0,
             test_tasks,
-            later,
+            (objectives.len() - 1 - i) as u64,
         );
         let r = tooltune_driver::start(&store, cfg, models.clone(), stop.clone(), &on_event).await;
         bar.finish_and_clear();

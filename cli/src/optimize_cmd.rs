@@ -100,16 +100,15 @@ pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>)
 /// A progress display fed by the driver's events. `spent_before` is what a resumed run had already spent: the
 /// time estimate divides only this process's time by only this process's rollouts.
 ///
-/// The estimate is of the whole command, not only of the search's budget: after the budget come the held-out
-/// evaluations of the seed and the winner (`test_tasks` rollouts each), and `later` counts rollouts of runs this
-/// command starts afterwards (the demo's second objective). Without them the demo's first estimate said six
-/// minutes for a run that took fourteen.
+/// The estimate is of the whole command, not only of the search's budget (see [`rollouts_to_come`]): without the
+/// held-out evaluations and the demo's second run, the demo's first estimate said six minutes for a run that took
+/// fourteen, in a demo that took 27.6.
 pub fn progress_printer(
     label: String,
     budget: u64,
     spent_before: u64,
     test_tasks: u64,
-    later: u64,
+    later_runs: u64,
 ) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
     let bar = ProgressBar::new(budget);
     bar.set_style(
@@ -125,20 +124,20 @@ pub fn progress_printer(
     // then goes to stderr as plain lines, so a long run is never silent.
     let tty = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
-    // What the events have said so far: rollouts spent (this run's count, resumed ones included) and how many
-    // held-out evaluations have started.
+    // What the events have said so far: the search's rollouts (resumed ones included) and how many held-out
+    // evaluations have started (they are sequential, so all but the newest are done).
     let last_spent = AtomicU64::new(spent_before);
     let tests_started = AtomicU64::new(0);
-    // `this_run`: rollouts of this run still to come. The pace counts the held-out rollouts done so far too.
-    let left = move |spent: u64, tests_done: u64, this_run: u64| {
+    let left = move |spent: u64, tests_done: u64, stage: Stage| {
         if budget == 0 {
             // A run without a rollout limit has no end to estimate.
             return String::new();
         }
         time_left(
             started.elapsed().as_secs_f64(),
+            // The pace counts the held-out rollouts done so far too.
             spent.saturating_sub(spent_before) + tests_done * test_tasks,
-            this_run + later,
+            rollouts_to_come(budget, test_tasks, later_runs, stage),
         )
     };
     let say = move |b: &ProgressBar, line: String| {
@@ -163,7 +162,7 @@ pub fn progress_printer(
                 let left = left(
                     last_spent.load(Ordering::Relaxed),
                     done,
-                    2u64.saturating_sub(done) * test_tasks,
+                    Stage::HeldOut { done },
                 );
                 format!("evaluating c{candidate} on {tasks} {phase} tasks{left}")
             } else {
@@ -187,18 +186,20 @@ pub fn progress_printer(
                 format!("{rollouts_spent} rollouts")
             } else if phase == "test" {
                 // The held-out evaluations are not counted in the search's rollouts.
-                let left = if later > 0 {
-                    left(*rollouts_spent, tests_started.load(Ordering::Relaxed), 0)
-                } else {
-                    String::new()
-                };
+                let left = left(
+                    *rollouts_spent,
+                    tests_started.load(Ordering::Relaxed),
+                    Stage::Finished,
+                );
                 format!("{rollouts_spent}/{budget} rollouts{left}")
             } else {
                 last_spent.store(*rollouts_spent, Ordering::Relaxed);
                 let left = left(
                     *rollouts_spent,
                     0,
-                    budget.saturating_sub(*rollouts_spent) + 2 * test_tasks,
+                    Stage::Search {
+                        spent: *rollouts_spent,
+                    },
                 );
                 format!("{rollouts_spent}/{budget} rollouts{left}")
             };
@@ -239,6 +240,30 @@ pub fn progress_printer(
         _ => {}
     };
     (bar, f)
+}
+
+/// Where a run is, for [`rollouts_to_come`].
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// Searching, with this many of the budget's rollouts spent.
+    Search { spent: u64 },
+    /// The held-out evaluations, `done` of them finished.
+    HeldOut { done: u64 },
+    /// The run is over.
+    Finished,
+}
+
+/// Rollouts the command still has to run: what is left of this run's search budget, its held-out evaluations of
+/// the seed and the winner (`test_tasks` rollouts each; one only when the seed wins, which is not known ahead),
+/// and `later_runs` whole runs after it.
+fn rollouts_to_come(budget: u64, test_tasks: u64, later_runs: u64, stage: Stage) -> u64 {
+    let held_out = 2 * test_tasks;
+    let this_run = match stage {
+        Stage::Search { spent } => budget.saturating_sub(spent) + held_out,
+        Stage::HeldOut { done } => held_out.saturating_sub(done * test_tasks),
+        Stage::Finished => 0,
+    };
+    this_run + later_runs * (budget + held_out)
 }
 
 /// ", about N min left" from the pace so far, or nothing before there is a pace or once the budget is spent. The
@@ -548,7 +573,31 @@ async fn from_traces(
 
 #[cfg(test)]
 mod tests {
-    use super::time_left;
+    use super::{Stage, rollouts_to_come, time_left};
+
+    #[test]
+    fn the_rollouts_to_come_include_the_held_out_evaluations_and_later_runs() {
+        // The demo's default: budget 70, 14 held-out tasks, a second run after the first.
+        assert_eq!(
+            rollouts_to_come(70, 14, 1, Stage::Search { spent: 15 }),
+            55 + 28 + 98
+        );
+        // The search may overshoot its budget by a minibatch.
+        assert_eq!(
+            rollouts_to_come(70, 14, 1, Stage::Search { spent: 72 }),
+            28 + 98
+        );
+        assert_eq!(
+            rollouts_to_come(70, 14, 1, Stage::HeldOut { done: 0 }),
+            28 + 98
+        );
+        assert_eq!(
+            rollouts_to_come(70, 14, 1, Stage::HeldOut { done: 1 }),
+            14 + 98
+        );
+        assert_eq!(rollouts_to_come(70, 14, 1, Stage::Finished), 98);
+        assert_eq!(rollouts_to_come(70, 14, 0, Stage::Finished), 0);
+    }
 
     #[test]
     fn the_estimate_follows_the_pace_so_far_and_is_absent_without_one() {
