@@ -7,11 +7,13 @@
 //! chunks, and nothing about MCP or models.
 
 mod body;
+mod cache;
 mod import;
 mod runs;
 mod stats;
 mod writeback;
 
+pub use cache::CachedResult;
 pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
 pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;

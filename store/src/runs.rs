@@ -48,7 +48,7 @@ pub struct RolloutRow {
     pub trajectory_id: Option<String>,
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 

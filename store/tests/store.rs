@@ -787,3 +787,152 @@ async fn sqlite_import_refused_by_the_database_keeps_nothing_and_says_why() {
     assert_eq!(db.store.count_descriptions().await.expect("count"), 0);
     db.finish().await;
 }
+
+/// The result cache: a result reads back as stored, the first result stored under a key is the one kept, counts
+/// go by kind, and a batched lookup of more keys than one query binds finds exactly the present ones.
+async fn result_cache_keeps_the_first_result_and_looks_up_in_batches(db: TestDb) {
+    use tooltune_store::CachedResult;
+    let s = &db.store;
+    assert_eq!(s.cached_result("rollout-a").await.expect("lookup"), None);
+    assert_eq!(s.count_cached(None).await.expect("count"), 0);
+    // No run and no trajectory of that id exist: a cache entry refers to neither.
+    s.cache_result("rollout-a", "rollout", r#"{"score":1}"#, Some("traj-1"))
+        .await
+        .expect("cache");
+    let first = CachedResult {
+        kind: "rollout".into(),
+        result: r#"{"score":1}"#.into(),
+        trajectory_id: Some("traj-1".into()),
+    };
+    assert_eq!(
+        s.cached_result("rollout-a").await.expect("lookup"),
+        Some(first.clone())
+    );
+    // A second write under the same key changes nothing, whatever it carries.
+    s.cache_result("rollout-a", "screen", r#"{"score":0}"#, None)
+        .await
+        .expect("cache again");
+    assert_eq!(
+        s.cached_result("rollout-a").await.expect("lookup"),
+        Some(first.clone())
+    );
+    s.cache_result("screen-b", "screen", "0.5", None)
+        .await
+        .expect("cache");
+    assert_eq!(s.count_cached(None).await.expect("count"), 2);
+    assert_eq!(s.count_cached(Some("rollout")).await.expect("count"), 1);
+    assert_eq!(s.count_cached(Some("screen")).await.expect("count"), 1);
+    assert_eq!(s.count_cached(Some("other")).await.expect("count"), 0);
+
+    // 700 more present keys among 1,300 asked for (three chunks of at most 500), some asked for twice.
+    for i in 0..700 {
+        s.cache_result(
+            &format!("rollout-{i:04}"),
+            "rollout",
+            &format!("{{\"i\":{i}}}"),
+            (i % 2 == 0).then(|| format!("traj-{i}")).as_deref(),
+        )
+        .await
+        .expect("cache");
+    }
+    assert_eq!(s.count_cached(Some("rollout")).await.expect("count"), 701);
+    let mut keys: Vec<String> = (0..1200).map(|i| format!("rollout-{i:04}")).collect();
+    keys.push("rollout-a".into());
+    keys.push("screen-b".into());
+    keys.push("rollout-0007".into());
+    keys.extend((0..97).map(|i| format!("absent-{i}")));
+    assert_eq!(keys.len(), 1300);
+    let found = s.cached_results(&keys).await.expect("batch lookup");
+    assert_eq!(found.len(), 702);
+    assert!((0..700).all(|i| found.contains_key(&format!("rollout-{i:04}"))));
+    assert!(!found.keys().any(|k| k.starts_with("absent-")));
+    assert!(!found.contains_key("rollout-0700"));
+    assert_eq!(found["rollout-a"], first);
+    assert_eq!(found["screen-b"].result, "0.5");
+    assert_eq!(
+        found["rollout-0042"],
+        CachedResult {
+            kind: "rollout".into(),
+            result: r#"{"i":42}"#.into(),
+            trajectory_id: Some("traj-42".into()),
+        }
+    );
+    assert_eq!(found["rollout-0043"].trajectory_id, None);
+    assert!(s.cached_results(&[]).await.expect("empty").is_empty());
+    let none = s
+        .cached_results(&["absent-x".to_string()])
+        .await
+        .expect("lookup");
+    assert!(none.is_empty());
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_result_cache_keeps_the_first_result_and_looks_up_in_batches() {
+    result_cache_keeps_the_first_result_and_looks_up_in_batches(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_result_cache_keeps_the_first_result_and_looks_up_in_batches() {
+    result_cache_keeps_the_first_result_and_looks_up_in_batches(postgres().await).await;
+}
+
+/// Migration 0009 adds the result cache to a store written before it, whose runs and rollouts stay as they were;
+/// what is cached survives closing and reopening the store.
+async fn store_from_before_0009_gains_a_lasting_result_cache(url: &str, dialect: &str) {
+    use sqlx::Executor;
+    {
+        let pool = migrated_before(url, dialect, "0009").await;
+        pool.execute(
+            "INSERT INTO runs (id, kind, suite, objective, config, status, state, elapsed_ms, result, error, \
+                 created_at, updated_at) VALUES ('run-old', 'optimize', NULL, 'success', '{}', 'finished', NULL, 0, \
+                 NULL, NULL, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z'); \
+             INSERT INTO run_rollouts VALUES ('run-old', 'cand', 'task-1', 0, '{\"score\":1}', NULL, \
+                 '2026-01-01T00:00:00Z');",
+        )
+        .await
+        .expect("old rows");
+        pool.close().await;
+    }
+    let s = Store::open(url).await.expect("open migrates");
+    assert_eq!(s.count_rollouts("run-old").await.expect("count"), 1);
+    assert_eq!(s.count_cached(None).await.expect("count"), 0);
+    s.cache_result("rollout-x", "rollout", r#"{"score":1}"#, Some("t1"))
+        .await
+        .expect("cache");
+    s.close().await;
+
+    let s = Store::open(url).await.expect("reopen");
+    let back = s
+        .cached_result("rollout-x")
+        .await
+        .expect("lookup")
+        .expect("kept across reopening");
+    assert_eq!(
+        (
+            back.kind.as_str(),
+            back.result.as_str(),
+            back.trajectory_id.as_deref()
+        ),
+        ("rollout", r#"{"score":1}"#, Some("t1"))
+    );
+    assert_eq!(s.count_cached(Some("rollout")).await.expect("count"), 1);
+    assert_eq!(
+        s.rollouts("run-old", "cand").await.expect("rollouts").len(),
+        1
+    );
+    s.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_store_from_before_0009_gains_a_lasting_result_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    store_from_before_0009_gains_a_lasting_result_cache(&url, "sqlite").await;
+}
+
+#[tokio::test]
+async fn postgres_store_from_before_0009_gains_a_lasting_result_cache() {
+    let (admin, name, url) = new_pg_database().await;
+    store_from_before_0009_gains_a_lasting_result_cache(&url, "postgres").await;
+    let _ = drop_pg_database(&admin, &name).await;
+}
