@@ -38,6 +38,8 @@ pub struct DemoArgs {
     /// Seed of both searches.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    search: crate::search_args::SearchArgs,
     /// Minibatch size of both searches.
     #[arg(long, default_value_t = 3)]
     minibatch: usize,
@@ -211,6 +213,7 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
                 max_rollouts: Some(args.budget),
                 max_reflection_tokens: None,
                 max_wall_ms: args.max_minutes.map(|m| (m * 60_000.0) as u64),
+                max_screened: (!args.search.no_screen).then_some(args.search.max_screened),
             },
             minibatch: args.minibatch,
             patience: None,
@@ -220,6 +223,8 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
             agent: agent.clone(),
             reflector: reflector.clone(),
             stop_file: None,
+            screening: args.search.screening(objective),
+            seed_overrides: args.search.seed_overrides()?,
         };
         // The first run's estimate also counts the second run, so it is of the whole demo.
         let (bar, on_event) = progress_printer(

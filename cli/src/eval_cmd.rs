@@ -1,10 +1,9 @@
 //! `tooltune eval`: run a suite against its real MCP server with a candidate's descriptions, and print per-task
 //! outcomes and the aggregates with their intervals.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, SuiteResult, evaluate};
@@ -132,28 +131,12 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
 }
 
 fn load_candidate(args: &EvalArgs) -> Result<Candidate> {
-    let mut descriptions = BTreeMap::new();
-    if let Some(file) = &args.overrides_file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("reading --overrides {}", file.display()))?;
-        let map: BTreeMap<String, String> = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{}: expected a JSON object of tool name -> description",
-                file.display()
-            )
-        })?;
-        descriptions.extend(map);
-    }
-    for o in &args.overrides {
-        let Some((tool, text)) = o.split_once('=') else {
-            bail!("--override {o:?}: expected TOOL=TEXT");
-        };
-        if tool.trim().is_empty() {
-            bail!("--override {o:?}: the tool name is empty");
-        }
-        descriptions.insert(tool.trim().to_string(), text.to_string());
-    }
-    Ok(Candidate { descriptions })
+    Ok(Candidate {
+        descriptions: crate::search_args::parse_overrides(
+            &args.overrides,
+            args.overrides_file.as_deref(),
+        )?,
+    })
 }
 
 /// A candidate's id is a content address of its descriptions, so the same overrides in two runs are the same
@@ -227,6 +210,13 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
             "  expected selection    {e:.3} (mean exact P(first call = {}))",
             r.target
         );
+    }
+    println!(
+        "  routing               {} (first move = the task's owner, or no tool where none is needed)",
+        rate(&r.routing)
+    );
+    if let Some(e) = r.expected_routing {
+        println!("  expected routing      {e:.3} (mean exact P(the right first move))");
     }
     if r.infra_failures > 0 {
         println!(

@@ -8,6 +8,7 @@ mod model_cmd;
 mod optimize_cmd;
 mod paths;
 mod report_cmd;
+mod search_args;
 mod serve_cmd;
 mod stats_cmd;
 

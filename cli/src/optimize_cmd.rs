@@ -26,9 +26,12 @@ pub struct OptimizeArgs {
     /// measured). Default: the suite's first tool under study.
     #[arg(long = "tool")]
     tools: Vec<String>,
-    /// success (task success) or selection (how often the tool is chosen).
+    /// success (task success), routing (the right first move on every task) or selection (how often the tool
+    /// is chosen first: the objective that rewards inflation).
     #[arg(long, default_value = "success")]
     objective: String,
+    #[command(flatten)]
+    search: crate::search_args::SearchArgs,
     /// Budget in rollouts (task plays).
     #[arg(long, default_value_t = 120)]
     budget: u64,
@@ -360,6 +363,7 @@ pub async fn run(
                 max_rollouts: Some(args.budget),
                 max_reflection_tokens: args.max_reflection_tokens,
                 max_wall_ms: args.max_minutes.map(|m| (m * 60_000.0) as u64),
+                max_screened: (!args.search.no_screen).then_some(args.search.max_screened),
             },
             minibatch: args.minibatch,
             patience: args.patience,
@@ -369,6 +373,8 @@ pub async fn run(
             agent,
             reflector,
             stop_file: args.stop_file.clone(),
+            screening: args.search.screening(objective),
+            seed_overrides: args.search.seed_overrides()?,
         };
         let models = models(
             &cfg.agent,

@@ -128,8 +128,16 @@ pub struct TaskResult {
     pub target_first: bool,
     /// Whether the target tool was called at all.
     pub target_called: bool,
-    /// Exact probability of each tool being the first call, when the backend scores exactly.
+    /// Exact probability that the agent's first move is a call of each tool, when the backend scores exactly.
+    /// With `no_call_probability` they sum to 1.
     pub first_call_probabilities: Option<BTreeMap<String, f64>>,
+    /// Exact probability that the agent answers without calling a tool first.
+    #[serde(default)]
+    pub no_call_probability: Option<f64>,
+    /// Exact probability that the first move is the right one: the owner tool, or no tool for a task without
+    /// an owner (the routing measure).
+    #[serde(default)]
+    pub routing_probability: Option<f64>,
     /// Set when the server or model backend failed: the task says nothing about the candidate.
     pub infra_failure: Option<String>,
     /// The stored trajectory's id (full mode).
@@ -179,6 +187,11 @@ pub struct SuiteResult {
     pub off_target_selection: Rate,
     /// Mean exact probability that the first call picks the target, when the backend scores exactly.
     pub expected_selection: Option<f64>,
+    /// Share of judged tasks whose played first move was the right one (owner first, no tool where none is
+    /// needed).
+    pub routing: Rate,
+    /// Mean exact probability of the right first move, when the backend scores exactly.
+    pub expected_routing: Option<f64>,
     /// Tasks whose rollout hit an infrastructure failure.
     pub infra_failures: u64,
     /// Where the time went.
@@ -253,19 +266,20 @@ pub async fn evaluate(
             .map(|t| first_turn_request(&opts.host, &tools, &t.prompt))
             .collect();
         let t0 = Instant::now();
-        let scored = model.score_many(&first_requests, &names).await;
+        let scored = model.score_first_moves(&first_requests, &names).await;
         timings.model_s += t0.elapsed().as_secs_f64();
-        let probabilities: Vec<Option<BTreeMap<String, f64>>> = scored
+        let moves: Vec<Option<FirstMoves>> = scored
             .into_iter()
-            .map(|r| {
-                r.ok().flatten().map(|ps| {
-                    names
-                        .iter()
-                        .cloned()
-                        .zip(ps)
-                        .collect::<BTreeMap<String, f64>>()
-                })
+            .zip(chunk)
+            .map(|(r, task)| {
+                r.ok()
+                    .flatten()
+                    .map(|m| FirstMoves::new(&names, &m, task.owner.as_deref()))
             })
+            .collect();
+        let probabilities: Vec<Option<BTreeMap<String, f64>>> = moves
+            .iter()
+            .map(|m| m.as_ref().map(|m| m.tools.clone()))
             .collect();
 
         match opts.mode {
@@ -283,8 +297,13 @@ pub async fn evaluate(
                 };
                 for (i, task) in chunk.iter().enumerate() {
                     let p = probabilities[i].clone();
+                    let m = moves[i].as_ref();
                     let (first, infra) = match (&p, sampled.get(i)) {
-                        (Some(p), _) => (argmax(p), None),
+                        // The most likely first move, answering without a tool included.
+                        (Some(p), _) => (
+                            argmax(p).filter(|t| m.is_none_or(|m| p[t] >= m.no_call)),
+                            None,
+                        ),
                         (None, Some(Ok(first))) => (first.clone(), None),
                         (None, Some(Err(e))) => (None, Some(format!("model backend: {e}"))),
                         (None, None) => (None, Some("no selection measured".to_string())),
@@ -300,6 +319,8 @@ pub async fn evaluate(
                         target_called: first.as_deref() == Some(target.as_str()),
                         called: first.into_iter().collect(),
                         first_call_probabilities: p,
+                        no_call_probability: m.map(|m| m.no_call),
+                        routing_probability: m.map(|m| m.routed),
                         infra_failure: infra,
                         trajectory_id: None,
                     });
@@ -330,8 +351,8 @@ pub async fn evaluate(
                     let _ = server.restart().await;
                 }
                 let mut to_store = Vec::with_capacity(rollouts.len());
-                for ((task, rollout), p) in chunk.iter().zip(rollouts).zip(probabilities) {
-                    let (result, trajectory) = judge(task, rollout, p, &target, opts);
+                for ((task, rollout), m) in chunk.iter().zip(rollouts).zip(moves) {
+                    let (result, trajectory) = judge(task, rollout, m, &target, opts);
                     results.push(result);
                     to_store.push(trajectory);
                 }
@@ -366,6 +387,36 @@ fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> Ch
     }
 }
 
+/// A task's exact first moves, by name.
+struct FirstMoves {
+    /// P(first move = a call of this tool).
+    tools: BTreeMap<String, f64>,
+    /// P(an answer without a tool first).
+    no_call: f64,
+    /// P(the right first move).
+    routed: f64,
+}
+
+impl FirstMoves {
+    fn new(names: &[String], m: &tooltune_llm::FirstMove, owner: Option<&str>) -> Self {
+        let tools: BTreeMap<String, f64> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), m.p_tool(i).clamp(0.0, 1.0)))
+            .collect();
+        let no_call = m.p_no_call().clamp(0.0, 1.0);
+        let routed = match owner {
+            Some(o) => tools.get(o).copied().unwrap_or(0.0),
+            None => no_call,
+        };
+        FirstMoves {
+            tools,
+            no_call,
+            routed,
+        }
+    }
+}
+
 fn argmax(p: &BTreeMap<String, f64>) -> Option<String> {
     p.iter()
         .max_by(|a, b| a.1.total_cmp(b.1))
@@ -375,7 +426,7 @@ fn argmax(p: &BTreeMap<String, f64>) -> Option<String> {
 fn judge(
     task: &Task,
     rollout: Rollout,
-    probabilities: Option<BTreeMap<String, f64>>,
+    moves: Option<FirstMoves>,
     target: &str,
     opts: &EvalOptions,
 ) -> (TaskResult, tooltune_core::Trajectory) {
@@ -411,7 +462,9 @@ fn judge(
         target_first: rollout.called.first().map(String::as_str) == Some(target),
         target_called: rollout.called.iter().any(|c| c == target),
         called: rollout.called,
-        first_call_probabilities: probabilities,
+        no_call_probability: moves.as_ref().map(|m| m.no_call),
+        routing_probability: moves.as_ref().map(|m| m.routed),
+        first_call_probabilities: moves.map(|m| m.tools),
         infra_failure: infra,
         trajectory_id: Some(trajectory.id().to_string()),
     };
@@ -438,6 +491,14 @@ fn summarise(
         .iter()
         .filter_map(|t| t.first_call_probabilities.as_ref()?.get(&target).copied())
         .collect();
+    let routed = judged
+        .iter()
+        .filter(|t| match &t.owner {
+            Some(o) => t.called.first() == Some(o),
+            None => t.called.is_empty(),
+        })
+        .count() as u64;
+    let routing_p: Vec<f64> = tasks.iter().filter_map(|t| t.routing_probability).collect();
     SuiteResult {
         suite: suite.name.clone(),
         target,
@@ -451,6 +512,9 @@ fn summarise(
         off_target_selection: Rate::wilson(off_selected, off.len() as u64),
         expected_selection: (!probs.is_empty() && probs.len() == tasks.len())
             .then(|| probs.iter().sum::<f64>() / probs.len() as f64),
+        routing: Rate::wilson(routed, n),
+        expected_routing: (!routing_p.is_empty() && routing_p.len() == tasks.len())
+            .then(|| routing_p.iter().sum::<f64>() / routing_p.len() as f64),
         infra_failures: tasks.len() as u64 - n,
         tasks,
         timings,

@@ -160,6 +160,27 @@ pub struct ChatResponse {
     pub finish_reason: FinishReason,
 }
 
+/// The distribution of a model's first move on a request: call one of the candidate tools, or answer without one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstMove {
+    /// For each candidate, P(the first tool call names it | the model calls a tool); sums to 1.
+    pub given_call: Vec<f64>,
+    /// P(the model's reply starts with a tool call).
+    pub p_call: f64,
+}
+
+impl FirstMove {
+    /// P(the first move is a call of candidate `i`).
+    pub fn p_tool(&self, i: usize) -> f64 {
+        self.p_call * self.given_call.get(i).copied().unwrap_or(0.0)
+    }
+
+    /// P(the model answers without calling a tool first).
+    pub fn p_no_call(&self) -> f64 {
+        1.0 - self.p_call
+    }
+}
+
 /// A chat model with tools, as tooltune's agent and reflector need it.
 ///
 /// Backends must be usable from many tasks at once; they limit their own concurrency.
@@ -202,6 +223,17 @@ pub trait ChatModel: Send + Sync {
             out.push(self.score_tool_choice(r, candidates).await);
         }
         out
+    }
+
+    /// Exact first moves for several requests: for each, the probability of calling each candidate tool first
+    /// and of answering without a tool. `Ok(None)` where the backend cannot score exactly (the default); only a
+    /// backend that sees the model's full distribution (the local one) can.
+    async fn score_first_moves(
+        &self,
+        reqs: &[ChatRequest],
+        _candidates: &[String],
+    ) -> Vec<Result<Option<FirstMove>, LlmError>> {
+        reqs.iter().map(|_| Ok(None)).collect()
     }
 
     /// Tokens used so far by this backend instance (all requests, including retries' successful answers).

@@ -24,6 +24,11 @@ pub enum Objective {
     /// measured, not because it is a good thing to optimise.
     #[serde(rename = "selection")]
     SelectionRate,
+    /// Have every task's first move be the right one: its owner tool, or no tool for a task that needs none,
+    /// averaged over every task (the target's and its competitors'). The honest counterpart of selection rate:
+    /// selection rewards taking every task, routing rewards taking the right ones.
+    #[serde(rename = "routing")]
+    Routing,
 }
 
 impl Objective {
@@ -32,6 +37,7 @@ impl Objective {
         match self {
             Objective::TaskSuccess => "success",
             Objective::SelectionRate => "selection",
+            Objective::Routing => "routing",
         }
     }
 }
@@ -49,6 +55,7 @@ impl FromStr for Objective {
         match s.trim() {
             "success" => Ok(Objective::TaskSuccess),
             "selection" => Ok(Objective::SelectionRate),
+            "routing" => Ok(Objective::Routing),
             other => Err(ObjectivesError::UnknownObjective(other.to_string())),
         }
     }
@@ -67,6 +74,8 @@ pub struct RolloutFacts {
     tools_called: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     p_first_target: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    p_routed: Option<f64>,
 }
 
 /// The unchecked shape of [`RolloutFacts`], as it comes out of JSON.
@@ -81,6 +90,8 @@ struct RawRolloutFacts {
     tools_called: Vec<String>,
     #[serde(default)]
     p_first_target: Option<f64>,
+    #[serde(default)]
+    p_routed: Option<f64>,
 }
 
 impl TryFrom<RawRolloutFacts> for RolloutFacts {
@@ -95,8 +106,12 @@ impl TryFrom<RawRolloutFacts> for RolloutFacts {
             r.score,
             r.tools_called,
         )?;
-        match r.p_first_target {
-            Some(p) => facts.with_first_call_probability(p),
+        let facts = match r.p_first_target {
+            Some(p) => facts.with_first_call_probability(p)?,
+            None => facts,
+        };
+        match r.p_routed {
+            Some(p) => facts.with_routing_probability(p),
             None => Ok(facts),
         }
     }
@@ -137,6 +152,7 @@ impl RolloutFacts {
             score,
             tools_called,
             p_first_target: None,
+            p_routed: None,
         })
     }
 
@@ -149,6 +165,19 @@ impl RolloutFacts {
             });
         }
         self.p_first_target = Some(p);
+        Ok(self)
+    }
+
+    /// Adds the exact probability that the first move is the right one (the owner tool, or no tool for a task
+    /// without an owner).
+    pub fn with_routing_probability(mut self, p: f64) -> Result<Self, ObjectivesError> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(ObjectivesError::ProbabilityOutOfRange {
+                task_id: self.task_id,
+                p,
+            });
+        }
+        self.p_routed = Some(p);
         Ok(self)
     }
 
@@ -198,6 +227,18 @@ impl RolloutFacts {
     pub fn p_first_target(&self) -> Option<f64> {
         self.p_first_target
     }
+    /// The exact probability that the first move is the right one, when the backend gave one.
+    pub fn p_routed(&self) -> Option<f64> {
+        self.p_routed
+    }
+    /// Whether the played first move was the right one: the owner called first, or no tool called at all on a
+    /// task without an owner.
+    pub fn routed(&self) -> bool {
+        match &self.owner {
+            Some(o) => self.tools_called.first() == Some(o),
+            None => self.tools_called.is_empty(),
+        }
+    }
     /// Whether the agent's first tool call was the target.
     pub fn chosen_first(&self) -> bool {
         self.tools_called.first().is_some_and(|t| *t == self.target)
@@ -225,6 +266,9 @@ impl RolloutFacts {
                 self.p_first_target
                     .unwrap_or(if self.chosen_first() { 1.0 } else { 0.0 })
             }
+            Objective::Routing => self
+                .p_routed
+                .unwrap_or(if self.routed() { 1.0 } else { 0.0 }),
         }
     }
 }
@@ -279,6 +323,12 @@ pub struct Metrics {
     pub off_target: Rate,
     /// Expected selection from exact probabilities, when the backend gave any.
     pub expected: Option<ExpectedSelection>,
+    /// Share of rollouts whose first move was the right one (owner first, or no tool where none is needed).
+    #[serde(default = "Rate::empty")]
+    pub routing: Rate,
+    /// Mean exact probability of the right first move, over the rollouts that carry one.
+    #[serde(default)]
+    pub expected_routing: Option<f64>,
 }
 
 impl Metrics {
@@ -303,7 +353,11 @@ impl Metrics {
             off_target: mean_p(&mut off.iter().copied()).map(|(m, _)| m),
         });
         let tasks: BTreeSet<&str> = facts.iter().map(|f| f.task_id()).collect();
+        let routed: Vec<f64> = facts.iter().filter_map(|f| f.p_routed()).collect();
         Metrics {
+            routing: Rate::wilson(count(&|f| f.routed()), n),
+            expected_routing: (!routed.is_empty())
+                .then(|| routed.iter().sum::<f64>() / routed.len() as f64),
             rollouts: n,
             tasks: tasks.len() as u64,
             success: Rate::wilson(count(&|f| f.success()), n),
@@ -321,6 +375,7 @@ impl Metrics {
         match objective {
             Objective::TaskSuccess => self.success.value,
             Objective::SelectionRate => self.selection.value,
+            Objective::Routing => self.expected_routing.or(self.routing.value),
         }
     }
 }
@@ -343,7 +398,11 @@ mod tests {
 
     #[test]
     fn objective_names_round_trip() {
-        for o in [Objective::TaskSuccess, Objective::SelectionRate] {
+        for o in [
+            Objective::TaskSuccess,
+            Objective::SelectionRate,
+            Objective::Routing,
+        ] {
             assert_eq!(o.to_string().parse::<Objective>(), Ok(o));
             let json = serde_json::to_string(&o).expect("serialises");
             assert_eq!(json, format!("\"{o}\""));

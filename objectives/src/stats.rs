@@ -28,6 +28,11 @@ impl Rate {
     pub fn wilson(hits: u64, trials: u64) -> Rate {
         wilson_at(hits, trials, 0.95)
     }
+
+    /// No trials: what a figure recorded before it existed reads as.
+    pub fn empty() -> Rate {
+        Rate::wilson(0, 0)
+    }
 }
 
 /// Wilson score interval at the given two-sided confidence level.

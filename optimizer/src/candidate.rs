@@ -45,6 +45,14 @@ pub enum CandidateStatus {
         /// The sum it had to beat (reflection) or match (merge).
         to_beat: f64,
     },
+    /// Screened out: another proposal of the same reflection screened better, or (task success) its screen fell
+    /// more than the margin behind its parent's.
+    ScreenedOut {
+        /// Its mean screen score.
+        screen: f64,
+        /// Its parent's mean screen score on the same tasks.
+        parent: f64,
+    },
     /// The run stopped before its evaluation finished.
     Abandoned,
 }
@@ -71,6 +79,9 @@ pub struct Progress {
     pub elapsed_ms: u64,
     /// Completed iterations so far.
     pub iteration: u32,
+    /// Screened task evaluations so far.
+    #[serde(default)]
+    pub screened: u64,
 }
 
 /// One candidate: a full set of descriptions (one per tool in the seed), its parents and what is known about it.
@@ -94,6 +105,9 @@ pub struct Candidate {
     pub minibatch: Option<MinibatchTrial>,
     /// Spending when it joined the pool.
     pub found_at: Option<Progress>,
+    /// Screen scores (exact first-move measure under the objective) on the tasks it was screened on.
+    #[serde(default, skip_serializing_if = "Scores::is_empty")]
+    pub screen: Scores,
 }
 
 /// A reflection that produced no candidate: the reply did not parse, or it repeated the current description.

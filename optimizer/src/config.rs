@@ -14,6 +14,37 @@ pub struct Budget {
     pub max_reflection_tokens: Option<u64>,
     /// Wall time of the run in milliseconds, as measured by the driver.
     pub max_wall_ms: Option<u64>,
+    /// Screened task evaluations (exact first-move scores of a candidate on a task, no rollout).
+    pub max_screened: Option<u64>,
+}
+
+/// Multi-fidelity evaluation: every proposal is first screened by an exact, cheap measure (the agent's first-move
+/// distribution on each task, no rollout), and only what the screen lets through is rolled out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Screening {
+    /// Proposals asked of one reflection (k); all are screened and the best goes on.
+    pub proposals: usize,
+    /// The screen is the objective (selection, routing): the driver answers every evaluation with a screen, so
+    /// the search spends no rollouts. Acceptance is still GEPA's (strictly better on the minibatch).
+    pub decisive: bool,
+    /// Not decisive (task success): a proposal whose mean screen score falls more than this below its parent's
+    /// on the same tasks is not rolled out.
+    pub margin: f64,
+    /// Screen proposals on the validation tasks as well as the minibatch (a decisive screen then also gives the
+    /// accepted child's validation scores).
+    pub on_validation: bool,
+}
+
+impl Default for Screening {
+    fn default() -> Self {
+        Screening {
+            proposals: 4,
+            decisive: false,
+            margin: 0.02,
+            on_validation: true,
+        }
+    }
 }
 
 /// How the search runs. [`Config::new`] gives GEPA's defaults for a list of tools.
@@ -40,6 +71,8 @@ pub struct Config {
     pub patience: Option<u32>,
     /// Stop after this many iterations (each is one reflection or one merge attempt).
     pub max_iterations: Option<u32>,
+    /// Screen proposals before rolling them out; `None` is GEPA as published (one proposal, rollouts only).
+    pub screening: Option<Screening>,
 }
 
 impl Default for Config {
@@ -54,6 +87,7 @@ impl Default for Config {
             score_threshold: None,
             patience: None,
             max_iterations: None,
+            screening: None,
         }
     }
 }
@@ -100,8 +134,17 @@ impl Config {
                 return bad(field, "must lie in [0, 1]");
             }
         }
+        if let Some(sc) = &self.screening {
+            if sc.proposals == 0 {
+                return bad("screening.proposals", "must be at least 1");
+            }
+            if !(0.0..=1.0).contains(&sc.margin) {
+                return bad("screening.margin", "must lie in [0, 1]");
+            }
+        }
         let b = &self.budget;
         let bounded = b.max_rollouts.is_some()
+            || b.max_screened.is_some()
             || b.max_reflection_tokens.is_some()
             || b.max_wall_ms.is_some()
             || self.patience.is_some()
@@ -109,7 +152,8 @@ impl Config {
         if !bounded {
             return bad(
                 "budget",
-                "sets no limit: give max_rollouts, max_reflection_tokens, max_wall_ms, patience or max_iterations",
+                "sets no limit: give max_rollouts, max_screened, max_reflection_tokens, max_wall_ms, patience or \
+                 max_iterations",
             );
         }
         Ok(())

@@ -22,6 +22,14 @@
 //!             // or, when the reply did not parse after retries:
 //!             search.observe(Observation::proposal_failed(reason, tokens, elapsed_ms))?;
 //!         }
+//!         Action::Reflect { proposals: k, .. } if k > 1 => {
+//!             // With screening on: k proposals from one reflection, the unusable replies as failures.
+//!             search.observe(Observation::proposed_many(usable, failures, tokens, elapsed_ms))?;
+//!         }
+//!         Action::Screen { parent, candidates, tasks } => {
+//!             // The exact first-move measure of every candidate (the parent first) on every task, no rollouts:
+//!             search.observe(Observation::screened(scores_by_candidate, proposals_times_tasks, elapsed_ms))?;
+//!         }
 //!         Action::Merge { candidate, descriptions, tasks, .. } => {
 //!             // A new candidate combining two lineages: store it, evaluate it on `tasks` (validation tasks),
 //!             search.observe(Observation::evaluated(candidate, per_task_scores, rollouts, elapsed_ms))?;
@@ -69,9 +77,9 @@ pub mod pareto;
 mod search;
 
 pub use candidate::{Candidate, CandidateStatus, FailedProposal, MinibatchTrial, Origin, Progress};
-pub use config::{Budget, Config};
+pub use config::{Budget, Config, Screening};
 pub use pareto::Frontier;
-pub use search::{Action, Observation, Outcome, Search, Spent, StopReason};
+pub use search::{Action, Observation, Outcome, Search, Spent, StopReason, mean_over, pick_best};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -155,6 +155,7 @@ mod tests {
             validation,
             minibatch: None,
             found_at: None,
+            screen: crate::Scores::new(),
         }
     }
 

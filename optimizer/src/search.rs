@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the driver should do next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,19 @@ pub enum Action {
         current: String,
         /// The minibatch tasks the parent was just evaluated on.
         tasks: Vec<TaskId>,
+        /// How many proposals to make (answer with [`Observation::proposed_many`] when more than one).
+        #[serde(default = "one")]
+        proposals: usize,
+    },
+    /// Screen candidates: the exact first-move measure of each on each task, no rollouts. The first candidate is
+    /// the parent the others were proposed from (its scores are usually known to the driver already).
+    Screen {
+        /// The reflection's parent.
+        parent: CandidateId,
+        /// The candidates to screen, the parent first, with their descriptions.
+        candidates: Vec<(CandidateId, Descriptions)>,
+        /// The tasks to screen them on.
+        tasks: Vec<TaskId>,
     },
     /// A merged candidate was made: store it and evaluate it on `tasks` (validation tasks).
     Merge {
@@ -65,6 +78,10 @@ pub enum Action {
     Stop(StopReason),
 }
 
+fn one() -> usize {
+    1
+}
+
 /// Why the search stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -75,6 +92,8 @@ pub enum StopReason {
     RolloutBudget,
     /// The reflection-token budget is spent.
     TokenBudget,
+    /// The screened-evaluation budget is spent.
+    ScreenBudget,
     /// The wall-time budget is spent.
     WallTime,
     /// The best candidate reached the score threshold.
@@ -108,6 +127,25 @@ pub enum Outcome {
         scores: Scores,
         /// Rollouts it took (all rollouts of all tasks, including failed ones).
         rollouts: u64,
+        /// Screened task evaluations it took, when the driver answered it with a screen (decisive screening).
+        #[serde(default)]
+        screened: u64,
+    },
+    /// Screen scores of the candidates a [`Action::Screen`] asked for.
+    Screened {
+        /// Candidate -> task -> screen score in [0, 1], for exactly the candidates and tasks asked for.
+        scores: BTreeMap<CandidateId, Scores>,
+        /// Screened task evaluations to count (the proposals' only: the parent's are known).
+        screened: u64,
+    },
+    /// Several proposals from one reflection (an [`Action::Reflect`] asking for more than one).
+    ProposedMany {
+        /// The usable proposals: description and diagnosis.
+        proposals: Vec<(String, Option<String>)>,
+        /// Why each unusable reply was refused.
+        failures: Vec<String>,
+        /// Tokens the reflection spent.
+        reflection_tokens: u64,
     },
     /// The reflector proposed a description.
     Proposed {
@@ -131,7 +169,10 @@ impl Outcome {
     fn kind(&self) -> &'static str {
         match self {
             Outcome::Evaluated { .. } => "an evaluation",
-            Outcome::Proposed { .. } | Outcome::ProposalFailed { .. } => "a proposal",
+            Outcome::Screened { .. } => "a screen",
+            Outcome::Proposed { .. }
+            | Outcome::ProposalFailed { .. }
+            | Outcome::ProposedMany { .. } => "a proposal",
         }
     }
 }
@@ -151,6 +192,53 @@ impl Observation {
                 candidate,
                 scores,
                 rollouts,
+                screened: 0,
+            },
+        }
+    }
+
+    /// Per-task scores of an evaluation answered by a screen (decisive screening): no rollouts.
+    pub fn evaluated_by_screen(
+        candidate: CandidateId,
+        scores: Scores,
+        screened: u64,
+        elapsed_ms: u64,
+    ) -> Self {
+        Observation {
+            elapsed_ms,
+            stop_requested: false,
+            outcome: Outcome::Evaluated {
+                candidate,
+                scores,
+                rollouts: 0,
+                screened,
+            },
+        }
+    }
+
+    /// The screen scores a pending [`Action::Screen`] asked for.
+    pub fn screened(scores: BTreeMap<CandidateId, Scores>, screened: u64, elapsed_ms: u64) -> Self {
+        Observation {
+            elapsed_ms,
+            stop_requested: false,
+            outcome: Outcome::Screened { scores, screened },
+        }
+    }
+
+    /// The proposals of a reflection that asked for several.
+    pub fn proposed_many(
+        proposals: Vec<(String, Option<String>)>,
+        failures: Vec<String>,
+        reflection_tokens: u64,
+        elapsed_ms: u64,
+    ) -> Self {
+        Observation {
+            elapsed_ms,
+            stop_requested: false,
+            outcome: Outcome::ProposedMany {
+                proposals,
+                failures,
+                reflection_tokens,
             },
         }
     }
@@ -219,6 +307,15 @@ pub struct Spent {
     pub merges_tried: u32,
     /// Merges that passed their subsample.
     pub merges_accepted: u32,
+    /// Screened task evaluations (exact first-move scores, no rollout).
+    #[serde(default)]
+    pub screened: u64,
+    /// Proposals made (usable replies of the reflector).
+    #[serde(default)]
+    pub proposals: u32,
+    /// Proposals screened out before any rollout.
+    #[serde(default)]
+    pub screened_out: u32,
 }
 
 /// Where the search is within an iteration.
@@ -238,6 +335,12 @@ enum Phase {
         tool: String,
         tasks: Vec<TaskId>,
         parent_scores: Scores,
+    },
+    ScreenChildren {
+        parent: CandidateId,
+        children: Vec<CandidateId>,
+        minibatch: Vec<TaskId>,
+        tasks: Vec<TaskId>,
     },
     ChildMinibatch {
         child: CandidateId,
@@ -312,6 +415,7 @@ impl Search {
             validation_mean: None,
             minibatch: None,
             found_at: None,
+            screen: Scores::new(),
         };
         Ok(Search {
             config,
@@ -353,11 +457,20 @@ impl Search {
         self.spent.elapsed_ms = self.spent.elapsed_ms.max(obs.elapsed_ms);
         self.stop_requested |= obs.stop_requested;
         match &obs.outcome {
-            Outcome::Evaluated { rollouts, .. } => self.spent.rollouts += rollouts,
+            Outcome::Evaluated {
+                rollouts, screened, ..
+            } => {
+                self.spent.rollouts += rollouts;
+                self.spent.screened += screened;
+            }
+            Outcome::Screened { screened, .. } => self.spent.screened += screened,
             Outcome::Proposed {
                 reflection_tokens, ..
             }
             | Outcome::ProposalFailed {
+                reflection_tokens, ..
+            }
+            | Outcome::ProposedMany {
                 reflection_tokens, ..
             } => self.spent.reflection_tokens += reflection_tokens,
         }
@@ -398,56 +511,16 @@ impl Search {
                     parent_scores,
                 },
                 outcome,
-            ) => {
-                let current = &self.candidates[parent.0 as usize].descriptions[&tool];
-                let refused = match &outcome {
-                    Outcome::ProposalFailed { reason, .. } => Some(reason.clone()),
-                    Outcome::Proposed { description, .. } if description.trim().is_empty() => {
-                        Some("empty".into())
-                    }
-                    Outcome::Proposed { description, .. }
-                        if description.trim() == current.trim() =>
-                    {
-                        Some("unchanged".into())
-                    }
-                    _ => None,
-                };
-                match (refused, outcome) {
-                    (
-                        None,
-                        Outcome::Proposed {
-                            description,
-                            diagnosis,
-                            ..
-                        },
-                    ) => {
-                        let mut descriptions =
-                            self.candidates[parent.0 as usize].descriptions.clone();
-                        descriptions.insert(tool.clone(), description);
-                        let child = self.add_candidate(
-                            descriptions,
-                            vec![parent],
-                            Origin::Reflection { tool, diagnosis },
-                        );
-                        self.candidates[child.0 as usize].minibatch = Some(MinibatchTrial {
-                            tasks: tasks.clone(),
-                            parent_scores,
-                            child_scores: None,
-                        });
-                        self.phase = Phase::ChildMinibatch { child, tasks };
-                    }
-                    (reason, _) => {
-                        self.spent.failed_proposals += 1;
-                        self.failed.push(FailedProposal {
-                            iteration: self.spent.iterations,
-                            parent,
-                            tool,
-                            reason: reason.unwrap_or_default(),
-                        });
-                        self.end_iteration();
-                    }
-                }
-            }
+            ) => self.take_proposals(parent, tool, tasks, parent_scores, outcome),
+            (
+                Phase::ScreenChildren {
+                    parent,
+                    children,
+                    minibatch,
+                    tasks,
+                },
+                Outcome::Screened { scores, .. },
+            ) => self.take_screen(parent, children, minibatch, tasks, scores),
             (Phase::ChildMinibatch { child, .. }, Outcome::Evaluated { scores, .. }) => {
                 let c = &mut self.candidates[child.0 as usize];
                 let trial = c
@@ -474,17 +547,7 @@ impl Search {
                 self.candidates[candidate.0 as usize]
                     .validation
                     .extend(scores);
-                self.enter_pool(candidate);
-                if matches!(
-                    self.candidates[candidate.0 as usize].origin,
-                    Origin::Reflection { .. }
-                ) {
-                    self.last_found_new = true;
-                    if self.spent.merges_tried + self.merges_due < self.config.max_merges {
-                        self.merges_due += 1;
-                    }
-                }
-                self.end_iteration();
+                self.validated(candidate);
             }
             (
                 Phase::MergeEval {
@@ -531,6 +594,209 @@ impl Search {
             (phase, _) => unreachable!("`check` admitted an outcome that does not fit {phase:?}"),
         }
         Ok(())
+    }
+
+    /// A candidate's validation is complete: it joins the pool, and a reflection child makes a merge due.
+    fn validated(&mut self, candidate: CandidateId) {
+        self.enter_pool(candidate);
+        if matches!(
+            self.candidates[candidate.0 as usize].origin,
+            Origin::Reflection { .. }
+        ) {
+            self.last_found_new = true;
+            if self.spent.merges_tried + self.merges_due < self.config.max_merges {
+                self.merges_due += 1;
+            }
+        }
+        self.end_iteration();
+    }
+
+    /// The reflector's answer: usable proposals become children (one without screening, all of them with it).
+    fn take_proposals(
+        &mut self,
+        parent: CandidateId,
+        tool: String,
+        tasks: Vec<TaskId>,
+        parent_scores: Scores,
+        outcome: Outcome,
+    ) {
+        let current = self.candidates[parent.0 as usize].descriptions[&tool].clone();
+        let (offered, mut refused): (Vec<(String, Option<String>)>, Vec<String>) = match outcome {
+            Outcome::Proposed {
+                description,
+                diagnosis,
+                ..
+            } => (vec![(description, diagnosis)], Vec::new()),
+            Outcome::ProposedMany {
+                proposals,
+                failures,
+                ..
+            } => (proposals, failures),
+            Outcome::ProposalFailed { reason, .. } => (Vec::new(), vec![reason]),
+            Outcome::Evaluated { .. } | Outcome::Screened { .. } => {
+                unreachable!("`check` admits only proposals while reflecting")
+            }
+        };
+        let mut usable: Vec<(String, Option<String>)> = Vec::new();
+        for (description, diagnosis) in offered {
+            if description.trim().is_empty() {
+                refused.push("empty".into());
+            } else if description.trim() == current.trim() {
+                refused.push("unchanged".into());
+            } else if usable.iter().any(|(d, _)| d.trim() == description.trim()) {
+                refused.push("the same as another proposal of this reflection".into());
+            } else {
+                usable.push((description, diagnosis));
+            }
+        }
+        let screening = self.config.screening.clone();
+        if screening.is_none() {
+            usable.truncate(1);
+        }
+        if usable.is_empty() {
+            self.spent.failed_proposals += 1;
+            self.failed.push(FailedProposal {
+                iteration: self.spent.iterations,
+                parent,
+                tool,
+                reason: refused.join("; "),
+            });
+            self.end_iteration();
+            return;
+        }
+        self.spent.proposals += usable.len() as u32;
+        let mut children = Vec::with_capacity(usable.len());
+        for (description, diagnosis) in usable {
+            let mut descriptions = self.candidates[parent.0 as usize].descriptions.clone();
+            descriptions.insert(tool.clone(), description);
+            let child = self.add_candidate(
+                descriptions,
+                vec![parent],
+                Origin::Reflection {
+                    tool: tool.clone(),
+                    diagnosis,
+                },
+            );
+            self.candidates[child.0 as usize].minibatch = Some(MinibatchTrial {
+                tasks: tasks.clone(),
+                parent_scores: parent_scores.clone(),
+                child_scores: None,
+            });
+            children.push(child);
+        }
+        match screening {
+            None => {
+                self.phase = Phase::ChildMinibatch {
+                    child: children[0],
+                    tasks,
+                }
+            }
+            Some(sc) => {
+                let mut screen_tasks = tasks.clone();
+                if sc.on_validation {
+                    for t in &self.validation {
+                        if !screen_tasks.contains(t) {
+                            screen_tasks.push(t.clone());
+                        }
+                    }
+                }
+                self.phase = Phase::ScreenChildren {
+                    parent,
+                    children,
+                    minibatch: tasks,
+                    tasks: screen_tasks,
+                };
+            }
+        }
+    }
+
+    /// The screen of a reflection's proposals: the best goes on, the others are screened out.
+    fn take_screen(
+        &mut self,
+        parent: CandidateId,
+        children: Vec<CandidateId>,
+        minibatch: Vec<TaskId>,
+        tasks: Vec<TaskId>,
+        mut scores: BTreeMap<CandidateId, Scores>,
+    ) {
+        let sc = self
+            .config
+            .screening
+            .clone()
+            .expect("a screen phase exists only with screening on");
+        let parent_screen = scores.remove(&parent).unwrap_or_default();
+        let parent_mean = mean_over(&parent_screen, &tasks);
+        self.candidates[parent.0 as usize]
+            .screen
+            .extend(parent_screen);
+        let (best, _) = pick_best(&children, &scores, &tasks, &minibatch);
+        for &c in &children {
+            let s = scores.remove(&c).unwrap_or_default();
+            let cand = &mut self.candidates[c.0 as usize];
+            let mean = mean_over(&s, &tasks);
+            cand.screen = s;
+            if c != best {
+                cand.status = CandidateStatus::ScreenedOut {
+                    screen: mean,
+                    parent: parent_mean,
+                };
+                self.spent.screened_out += 1;
+            }
+        }
+        let best_screen = self.candidates[best.0 as usize].screen.clone();
+        let best_mean = mean_over(&best_screen, &tasks);
+        if !sc.decisive {
+            if best_mean + sc.margin >= parent_mean {
+                self.phase = Phase::ChildMinibatch {
+                    child: best,
+                    tasks: minibatch,
+                };
+            } else {
+                self.candidates[best.0 as usize].status = CandidateStatus::ScreenedOut {
+                    screen: best_mean,
+                    parent: parent_mean,
+                };
+                self.spent.screened_out += 1;
+                self.end_iteration();
+            }
+            return;
+        }
+        // Decisive: the screen is the objective, so the minibatch part of it is the child's minibatch trial and
+        // GEPA's acceptance rule applies to it as it would to rollouts.
+        let child_mb: Scores = minibatch
+            .iter()
+            .filter_map(|t| best_screen.get(t).map(|v| (t.clone(), *v)))
+            .collect();
+        let c = &mut self.candidates[best.0 as usize];
+        let trial = c
+            .minibatch
+            .as_mut()
+            .expect("a reflection child carries its minibatch trial");
+        let to_beat: f64 = trial.parent_scores.values().sum();
+        let score: f64 = child_mb.values().sum();
+        trial.child_scores = Some(child_mb);
+        if score > to_beat {
+            self.spent.accepted += 1;
+            let have_validation = self.validation.iter().all(|t| best_screen.contains_key(t));
+            if have_validation {
+                c.validation = self
+                    .validation
+                    .iter()
+                    .map(|t| (t.clone(), best_screen[t]))
+                    .collect();
+                self.validated(best);
+            } else {
+                c.status = CandidateStatus::Validating;
+                self.phase = Phase::FullEval {
+                    candidate: best,
+                    tasks: self.validation.clone(),
+                };
+            }
+        } else {
+            c.status = CandidateStatus::Rejected { score, to_beat };
+            self.spent.rejected += 1;
+            self.end_iteration();
+        }
     }
 
     /// Asks the search to stop before its next new action (the pending one, if any, is still expected).
@@ -610,6 +876,7 @@ impl Search {
             reflection_tokens: self.spent.reflection_tokens,
             elapsed_ms: self.spent.elapsed_ms,
             iteration: self.spent.iterations,
+            screened: self.spent.screened,
         }
     }
 
@@ -630,6 +897,7 @@ impl Search {
             validation_mean: None,
             minibatch: None,
             found_at: None,
+            screen: Scores::new(),
         });
         id
     }
@@ -673,6 +941,8 @@ impl Search {
             .is_some_and(|m| self.spent.reflection_tokens >= m)
         {
             Some(StopReason::TokenBudget)
+        } else if b.max_screened.is_some_and(|m| self.spent.screened >= m) {
+            Some(StopReason::ScreenBudget)
         } else {
             None
         }
@@ -851,6 +1121,20 @@ impl Search {
                 tool: tool.clone(),
                 current: self.candidates[parent.0 as usize].descriptions[tool].clone(),
                 tasks: tasks.clone(),
+                proposals: self.config.screening.as_ref().map_or(1, |s| s.proposals),
+            },
+            Phase::ScreenChildren {
+                parent,
+                children,
+                tasks,
+                ..
+            } => Action::Screen {
+                parent: *parent,
+                candidates: std::iter::once(parent)
+                    .chain(children)
+                    .map(|c| (*c, desc(*c)))
+                    .collect(),
+                tasks: tasks.clone(),
             },
             Phase::ChildMinibatch { child, tasks } => Action::EvaluateMinibatch {
                 candidate: *child,
@@ -884,6 +1168,37 @@ impl Search {
 
     /// Checks that an outcome answers the pending action, without changing anything.
     fn check(&self, outcome: &Outcome) -> Result<(), OptimizerError> {
+        if let Phase::ScreenChildren {
+            parent,
+            children,
+            tasks,
+            ..
+        } = &self.phase
+        {
+            let Outcome::Screened { scores, .. } = outcome else {
+                return Err(OptimizerError::UnexpectedOutcome {
+                    expected: "a screen",
+                    got: outcome.kind(),
+                });
+            };
+            for c in std::iter::once(parent).chain(children) {
+                let s = scores.get(c).ok_or_else(|| OptimizerError::MissingScore {
+                    candidate: *c,
+                    task: tasks.first().cloned().unwrap_or_default(),
+                })?;
+                check_scores(*c, tasks, s)?;
+            }
+            if let Some(extra) = scores
+                .keys()
+                .find(|k| *k != parent && !children.contains(k))
+            {
+                return Err(OptimizerError::WrongCandidate {
+                    expected: *parent,
+                    got: *extra,
+                });
+            }
+            return Ok(());
+        }
         let expected = match &self.phase {
             Phase::SeedEval => Some((CandidateId(0), &self.validation)),
             Phase::ParentMinibatch { parent, tasks } => Some((*parent, tasks)),
@@ -893,6 +1208,7 @@ impl Search {
                 candidate, tasks, ..
             } => Some((*candidate, tasks)),
             Phase::Reflect { .. } => None,
+            Phase::ScreenChildren { .. } => unreachable!("handled above"),
             Phase::Idle | Phase::Stopped(_) => return Err(OptimizerError::NothingPending),
         };
         match (expected, outcome) {
@@ -908,33 +1224,14 @@ impl Search {
                         got: *candidate,
                     });
                 }
-                for t in tasks {
-                    match scores.get(t) {
-                        None => {
-                            return Err(OptimizerError::MissingScore {
-                                candidate: want,
-                                task: t.clone(),
-                            });
-                        }
-                        Some(&s) if !(0.0..=1.0).contains(&s) => {
-                            return Err(OptimizerError::InvalidScore {
-                                candidate: want,
-                                task: t.clone(),
-                                score: s,
-                            });
-                        }
-                        Some(_) => {}
-                    }
-                }
-                if let Some(extra) = scores.keys().find(|k| !tasks.contains(k)) {
-                    return Err(OptimizerError::UnexpectedTask {
-                        candidate: want,
-                        task: extra.clone(),
-                    });
-                }
-                Ok(())
+                check_scores(want, tasks, scores)
             }
-            (None, Outcome::Proposed { .. } | Outcome::ProposalFailed { .. }) => Ok(()),
+            (
+                None,
+                Outcome::Proposed { .. }
+                | Outcome::ProposalFailed { .. }
+                | Outcome::ProposedMany { .. },
+            ) => Ok(()),
             (Some(_), other) => Err(OptimizerError::UnexpectedOutcome {
                 expected: "an evaluation",
                 got: other.kind(),
@@ -945,6 +1242,77 @@ impl Search {
             }),
         }
     }
+}
+
+/// Mean of `scores` over `tasks` (a missing task counts 0, so a candidate cannot gain by lacking a score).
+pub fn mean_over(scores: &Scores, tasks: &[TaskId]) -> f64 {
+    if tasks.is_empty() {
+        return 0.0;
+    }
+    tasks
+        .iter()
+        .map(|t| scores.get(t).copied().unwrap_or(0.0))
+        .sum::<f64>()
+        / tasks.len() as f64
+}
+
+/// The k-best choice among a reflection's screened proposals: the highest mean screen score over `tasks`; a tie
+/// goes to the higher sum on the minibatch (what GEPA's acceptance is decided on), then to the earlier proposal.
+/// Returns the chosen candidate and its mean. `candidates` must not be empty.
+pub fn pick_best(
+    candidates: &[CandidateId],
+    scores: &BTreeMap<CandidateId, Scores>,
+    tasks: &[TaskId],
+    minibatch: &[TaskId],
+) -> (CandidateId, f64) {
+    let empty = Scores::new();
+    let key = |c: &CandidateId| {
+        let s = scores.get(c).unwrap_or(&empty);
+        (mean_over(s, tasks), mean_over(s, minibatch))
+    };
+    let mut best = candidates[0];
+    let mut best_key = key(&best);
+    for c in &candidates[1..] {
+        let k = key(c);
+        if k.0 > best_key.0 || (k.0 == best_key.0 && k.1 > best_key.1) {
+            best = *c;
+            best_key = k;
+        }
+    }
+    (best, best_key.0)
+}
+
+/// Checks that `scores` holds exactly `tasks`, each in [0, 1].
+fn check_scores(
+    want: CandidateId,
+    tasks: &[TaskId],
+    scores: &Scores,
+) -> Result<(), OptimizerError> {
+    for t in tasks {
+        match scores.get(t) {
+            None => {
+                return Err(OptimizerError::MissingScore {
+                    candidate: want,
+                    task: t.clone(),
+                });
+            }
+            Some(&s) if !(0.0..=1.0).contains(&s) => {
+                return Err(OptimizerError::InvalidScore {
+                    candidate: want,
+                    task: t.clone(),
+                    score: s,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(extra) = scores.keys().find(|k| !tasks.contains(k)) {
+        return Err(OptimizerError::UnexpectedTask {
+            candidate: want,
+            task: extra.clone(),
+        });
+    }
+    Ok(())
 }
 
 fn check_split(split: &'static str, tasks: &[TaskId]) -> Result<(), OptimizerError> {

@@ -64,6 +64,14 @@ impl Relation {
 pub fn failed_under(example: &ReflectiveExample, tool: &str, goal: Goal) -> bool {
     match goal {
         Goal::TaskSuccess => !example.success,
+        Goal::Routing => {
+            let first = example
+                .trajectory
+                .tool_calls()
+                .next()
+                .map(|c| c.name.as_str());
+            first != example.owner.as_deref()
+        }
         Goal::Selection => {
             example
                 .trajectory

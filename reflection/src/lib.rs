@@ -27,7 +27,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v3";
+pub const TEMPLATE_VERSION: &str = "reflect-v4";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -37,6 +37,9 @@ pub enum Goal {
     TaskSuccess,
     /// The agent should choose the tool under study as often as possible.
     Selection,
+    /// The agent's first move should be the right one: the tool under study for the tasks it covers, another
+    /// tool or none for the rest.
+    Routing,
 }
 
 impl Goal {
@@ -45,6 +48,7 @@ impl Goal {
         match self {
             Goal::TaskSuccess => "task_success",
             Goal::Selection => "selection",
+            Goal::Routing => "routing",
         }
     }
 }
@@ -728,8 +732,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v3",
-                "40878eefb036e68bea6e4ae751cd6e9516eff5a8d3f00972a0aad21d35b64a06"
+                "reflect-v4",
+                "95ff361570a4f0ea50e7edeb56b607c626b1a35a27c9c9a8f69adbe49758c99f"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

@@ -76,6 +76,8 @@ fn config(objective: Objective) -> RunConfig {
         agent: "local:fast".into(),
         reflector: "openai:m@https://user:hunter2@llm.example.org/v1".into(),
         stop_file: None,
+        screening: None,
+        seed_overrides: Default::default(),
     }
 }
 

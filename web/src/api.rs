@@ -236,6 +236,23 @@ pub(crate) struct StartRun {
     /// The reflector's model (default: the agent's).
     #[serde(default)]
     reflector: Option<String>,
+    /// Descriptions that replace the server's in the seed candidate (tool -> text), as `--override` does.
+    #[serde(default)]
+    overrides: std::collections::BTreeMap<String, String>,
+    /// How proposals are screened; absent: the CLI's default for the objective. `null` is not accepted: use
+    /// `"no_screen": true` for GEPA as published.
+    #[serde(default)]
+    screening: Option<tooltune_optimizer::Screening>,
+    /// GEPA as published: no screening.
+    #[serde(default)]
+    no_screen: bool,
+    /// Budget in screened task evaluations.
+    #[serde(default = "default_max_screened")]
+    max_screened: u64,
+}
+
+fn default_max_screened() -> u64 {
+    1500
 }
 
 fn default_objective() -> String {
@@ -334,7 +351,17 @@ impl StartRun {
                 max_rollouts: Some(self.budget),
                 max_reflection_tokens: self.max_reflection_tokens,
                 max_wall_ms: self.max_minutes.map(|m| (m * 60_000.0) as u64),
+                max_screened: (!self.no_screen).then_some(self.max_screened),
             },
+            screening: if self.no_screen {
+                None
+            } else {
+                Some(self.screening.unwrap_or(tooltune_optimizer::Screening {
+                    decisive: objective != Objective::TaskSuccess,
+                    ..tooltune_optimizer::Screening::default()
+                }))
+            },
+            seed_overrides: self.overrides,
             minibatch: self.minibatch,
             patience: self.patience,
             score_threshold: self.score_threshold,

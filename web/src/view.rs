@@ -178,6 +178,9 @@ fn status_name(s: &CandidateStatus) -> (String, Option<(f64, f64)>) {
         CandidateStatus::Rejected { score, to_beat } => {
             ("rejected".into(), Some((*score, *to_beat)))
         }
+        CandidateStatus::ScreenedOut { screen, parent } => {
+            ("screened_out".into(), Some((*screen, *parent)))
+        }
         CandidateStatus::Abandoned => ("abandoned".into(), None),
     }
 }

@@ -18,7 +18,7 @@
 use super::LocalStats;
 use super::grammar::tool_call_schema;
 use super::template::ChatTemplate;
-use crate::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolChoice};
+use crate::{ChatRequest, ChatResponse, FinishReason, FirstMove, LlmError, ToolChoice};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
@@ -52,7 +52,7 @@ pub(crate) enum Job {
     Score {
         reqs: Vec<ChatRequest>,
         candidates: Vec<String>,
-        reply: oneshot::Sender<Vec<Result<Vec<f64>, LlmError>>>,
+        reply: oneshot::Sender<Vec<Result<FirstMove, LlmError>>>,
     },
     /// Switch prefix reuse on or off (the benchmark measures both) and drop the prefix cache.
     SetPrefixReuse {
@@ -76,6 +76,8 @@ pub(crate) struct Engine<'m> {
     im_end: Option<LlamaToken>,
     /// Every token whose text starts with `"`: any of them ends a JSON string.
     quote_tokens: Vec<LlamaToken>,
+    /// Every token that, as the first of a reply, starts a tool call.
+    call_start_tokens: Vec<LlamaToken>,
     n_ctx: usize,
     n_batch: usize,
     n_parallel: usize,
@@ -246,9 +248,24 @@ impl<'m> Engine<'m> {
                 !vocab.is_control(t) && vocab.token_to_piece(t, false, None).first() == Some(&b'"')
             })
             .collect();
+        // What the host takes for the start of a tool call when it is the reply's first token (`starts_call`):
+        // `<tool_call>`, or a piece that opens a code fence or a JSON object.
+        let call_start_tokens: Vec<LlamaToken> = vocab
+            .tokens()
+            .filter(|&t| {
+                Some(t) == tool_call_open
+                    || (!vocab.is_control(t) && {
+                        let piece = vocab.token_to_piece(t, false, None);
+                        let p = String::from_utf8_lossy(&piece);
+                        let p = p.trim_start();
+                        p.starts_with("```") || p.starts_with('{')
+                    })
+            })
+            .collect();
         let n_ctx = ctx.n_ctx() as usize;
         let n_batch = ctx.n_batch() as usize;
         Engine {
+            call_start_tokens,
             model,
             ctx,
             batch: LlamaBatch::new(n_batch, 1),
@@ -498,12 +515,14 @@ impl<'m> Engine<'m> {
 
     /// Brings sequence 0 to exactly `tokens`, reusing the cached prefix up to the last message boundary it
     /// shares with them. With `want_logits`, the last segment is always decoded and the logits row of the
-    /// last token is returned.
+    /// last token is returned, and also the row at `also_at` when that position lies after the last message
+    /// boundary (it is then in the last segment, which is always decoded).
     fn sync_seq0(
         &mut self,
         tokens: &[LlamaToken],
         want_logits: bool,
-    ) -> Result<Option<Vec<f32>>, LlmError> {
+        also_at: Option<usize>,
+    ) -> Result<(Option<Vec<f32>>, Option<Vec<f32>>), LlmError> {
         let bounds = self.boundaries(tokens);
         let shared = if self.prefix_reuse {
             common_prefix(&self.cache, tokens)
@@ -531,6 +550,7 @@ impl<'m> Engine<'m> {
         self.cache.truncate(keep);
         let started = Instant::now();
         let mut row = None;
+        let mut also_row = None;
         // Segment ends after `keep`: each message boundary, then the end of the prompt.
         let mut cuts: Vec<usize> = bounds
             .into_iter()
@@ -547,7 +567,7 @@ impl<'m> Engine<'m> {
                     token: tokens[pos],
                     pos,
                     seq: 0,
-                    logits: want_logits && pos + 1 == tokens.len(),
+                    logits: want_logits && (pos + 1 == tokens.len() || Some(pos) == also_at),
                 })
                 .collect();
             decode_entries(
@@ -555,8 +575,13 @@ impl<'m> Engine<'m> {
                 &mut self.batch,
                 self.n_batch,
                 &entries,
-                |ctx, _, idx| {
-                    row = Some(ctx.get_logits_ith(idx).to_vec());
+                |ctx, e, idx| {
+                    let r = ctx.get_logits_ith(idx).to_vec();
+                    if entries[e].pos + 1 == tokens.len() {
+                        row = Some(r);
+                    } else {
+                        also_row = Some(r);
+                    }
                     Ok(())
                 },
                 &self.name,
@@ -572,11 +597,11 @@ impl<'m> Engine<'m> {
             s.prompt_tokens_decoded += (tokens.len() - keep) as u64;
             s.prefill_seconds += started.elapsed().as_secs_f64();
         }
-        Ok(row)
+        Ok((row, also_row))
     }
 
-    /// Exact tool-choice probabilities; see [`crate::local`] for what is scored.
-    fn score(&mut self, req: &ChatRequest, candidates: &[String]) -> Result<Vec<f64>, LlmError> {
+    /// Exact first-move probabilities; see [`crate::local`] for what is scored.
+    fn score(&mut self, req: &ChatRequest, candidates: &[String]) -> Result<FirstMove, LlmError> {
         let r = self.score_inner(req, candidates);
         if r.is_err() {
             self.reset();
@@ -588,7 +613,7 @@ impl<'m> Engine<'m> {
         &mut self,
         req: &ChatRequest,
         candidates: &[String],
-    ) -> Result<Vec<f64>, LlmError> {
+    ) -> Result<FirstMove, LlmError> {
         if candidates.is_empty() {
             return Err(LlmError::InvalidRequest(
                 "scoring needs at least one candidate".into(),
@@ -602,8 +627,16 @@ impl<'m> Engine<'m> {
                 )));
             }
         }
-        let text = self.template.render(&req.messages, &req.tools, true)? + NAME_PREFIX;
-        let tokens = self.tokenize(&text, true);
+        let prompt = self.template.render(&req.messages, &req.tools, true)?;
+        let prompt_tokens = self.tokenize(&prompt, true);
+        let tokens = self.tokenize(&(prompt + NAME_PREFIX), true);
+        // The logits after the prompt itself say whether the first token opens a tool call. Only usable when the
+        // prompt's tokens are a prefix of the scored text's (they are: `<tool_call>` is a special token, so the
+        // tokeniser cannot merge across it; checked rather than assumed).
+        let decide_at = (!prompt_tokens.is_empty()
+            && prompt_tokens.len() < tokens.len()
+            && tokens.starts_with(&prompt_tokens))
+        .then(|| prompt_tokens.len() - 1);
         let cands: Vec<Vec<LlamaToken>> = candidates
             .iter()
             .map(|c| self.model.vocab().tokenize(c.as_bytes(), false, false))
@@ -617,9 +650,21 @@ impl<'m> Engine<'m> {
             });
         }
         let started = Instant::now();
-        let row = self
-            .sync_seq0(&tokens, true)?
-            .ok_or_else(|| self.err("the prompt produced no logits"))?;
+        let (row, decide_row) = self.sync_seq0(&tokens, true, decide_at)?;
+        let row = row.ok_or_else(|| self.err("the prompt produced no logits"))?;
+        let p_call = match decide_row {
+            Some(r) => {
+                let lse = logsumexp(&r, None);
+                (logsumexp(&r, Some(&self.call_start_tokens)) - lse)
+                    .exp()
+                    .clamp(0.0, 1.0)
+            }
+            None => {
+                return Err(self.err(
+                    "the prompt's tokens are not a prefix of the scored text's; cannot score the first move",
+                ));
+            }
+        };
         let lse0 = logsumexp(&row, None);
         let mut lp: Vec<f64> = cands
             .iter()
@@ -682,7 +727,10 @@ impl<'m> Engine<'m> {
         let m = lp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = lp.iter().map(|x| (x - m).exp()).collect();
         let z: f64 = e.iter().sum();
-        Ok(e.into_iter().map(|x| x / z).collect())
+        Ok(FirstMove {
+            given_call: e.into_iter().map(|x| x / z).collect(),
+            p_call,
+        })
     }
 
     fn grammar_for(&mut self, req: &ChatRequest) -> Result<String, LlmError> {
@@ -854,7 +902,7 @@ impl<'m> Engine<'m> {
                 .min()
                 .unwrap_or(0);
             shared = self.boundary_at_or_below(first_tokens, shared);
-            self.sync_seq0(&first_tokens[..shared], false)?;
+            self.sync_seq0(&first_tokens[..shared], false, None)?;
             for &j in &rest {
                 let slot = self.fresh_slot(&group[j].1.tokens, shared, &mut taken)?;
                 plan[j] = Some((slot, shared));

@@ -11,6 +11,12 @@
 //! own tokenisation of the name. The prompt is decoded once; each candidate continues from a copy of its
 //! KV cache, and all candidates are decoded in one batch.
 //!
+//! `score_first_moves` adds the move "answer without a tool": the logits after `<|im_start|>assistant\n` (the
+//! same decode, one more row) give P(the reply's first token starts a tool call), summed over every token the
+//! host takes for a call's start when it comes first (`<tool_call>`, or a piece opening a code fence or a JSON
+//! object). P(first move = tool c) is that times the renormalised name score; P(no call) is the rest. A reply
+//! that writes text first and calls a tool later counts as no call: the first move is what is scored.
+//!
 //! # Prefix reuse
 //! The KV cache of the last prompt is kept; a new prompt decodes only the tokens after the longest common
 //! prefix. Tasks that share system text and tool list pay for that part once.
@@ -20,7 +26,7 @@ pub(crate) mod grammar;
 pub mod template;
 
 use crate::fetch::{ModelChoice, ensure_model};
-use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::{ChatModel, ChatRequest, ChatResponse, FirstMove, LlmError};
 use async_trait::async_trait;
 use engine::{Engine, Job, N_SEQ};
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -336,6 +342,18 @@ impl ChatModel for LocalModel {
         reqs: &[ChatRequest],
         candidates: &[String],
     ) -> Vec<Result<Option<Vec<f64>>, LlmError>> {
+        self.score_first_moves(reqs, candidates)
+            .await
+            .into_iter()
+            .map(|r| r.map(|m| m.map(|m| m.given_call)))
+            .collect()
+    }
+
+    async fn score_first_moves(
+        &self,
+        reqs: &[ChatRequest],
+        candidates: &[String],
+    ) -> Vec<Result<Option<FirstMove>, LlmError>> {
         let (reply, rx) = oneshot::channel();
         let sent = self.send(Job::Score {
             reqs: reqs.to_vec(),

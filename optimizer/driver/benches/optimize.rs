@@ -105,6 +105,8 @@ async fn main() {
         agent: format!("local:{which:?}"),
         reflector: format!("local:{which:?}"),
         stop_file: None,
+        screening: None,
+        seed_overrides: Default::default(),
     };
     println!(
         "{} on `{target}` of {} ({} tasks), model {which:?} as agent and reflector, budget {budget} rollouts, \

@@ -208,6 +208,7 @@ async fn run(
         goal: match cfg.objective {
             Objective::TaskSuccess => Goal::TaskSuccess,
             Objective::SelectionRate => Goal::Selection,
+            Objective::Routing => Goal::Routing,
         },
         examples,
         options: ReflectionOptions {

@@ -9,14 +9,16 @@
 //! rollouts and reflections that had finished in the store instead of redoing them.
 
 mod from_traces;
+mod gather;
 mod summary;
 
 pub use from_traces::{FromTracesConfig, FromTracesSummary, Validation, from_traces};
 
-pub use summary::{CandidateSummary, Comparison, Lineage, RunSummary};
+pub use summary::{CandidateSummary, Comparison, Lineage, RunSummary, TaskDelta};
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,6 +111,12 @@ pub struct RunConfig {
     pub reflector: String,
     /// A file whose appearance stops the run after the current step.
     pub stop_file: Option<PathBuf>,
+    /// Screen proposals with exact first-move scores before rolling them out (`None`: GEPA as published).
+    #[serde(default)]
+    pub screening: Option<tooltune_optimizer::Screening>,
+    /// Descriptions that replace the server's own in the seed candidate (tool -> text).
+    #[serde(default)]
+    pub seed_overrides: BTreeMap<String, String>,
 }
 
 /// Progress, as it happens. Stored as the run's events and handed to the caller's callback.
@@ -211,6 +219,62 @@ pub fn candidate_key(descriptions: &Descriptions) -> String {
     )
 }
 
+/// What changes when the host's behaviour changes (its loop, prompts, parsing): bump it, and every stored
+/// rollout key changes with it.
+pub const HOST_VERSION: &str = "host-2";
+
+/// The SIMD path this build runs the local model on: greedy output differs between them (see MODELS.md), so it is
+/// part of what a rollout is a function of.
+fn simd_path() -> &'static str {
+    if cfg!(target_feature = "avx512f") {
+        "avx512"
+    } else if cfg!(target_feature = "avx2") {
+        "avx2"
+    } else {
+        "baseline"
+    }
+}
+
+/// The content address of one task's result: with greedy decoding a rollout (and an exact screen) is a pure
+/// function of the world (`world`: model, host, suite, server, tools shown), the task, the rollout index and the
+/// host's sampling seed. Equal keys may share one result across candidates, runs and demos; anything that changes
+/// one of these changes the key, so nothing is invalidated by hand.
+pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: u64) -> String {
+    let mut h = Sha256::new();
+    for part in [kind, world, task, &rollout.to_string(), &seed.to_string()] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    format!("{kind}-{}", hex::encode(h.finalize()))
+}
+
+/// One task's screen score under an objective (see `Ctx::screen_scores`).
+pub fn screen_value(r: &TaskResult, objective: Objective, target: &str) -> f64 {
+    let played_routed = match &r.owner {
+        Some(o) => r.called.first() == Some(o),
+        None => r.called.is_empty(),
+    };
+    let v = match objective {
+        Objective::TaskSuccess | Objective::Routing => r
+            .routing_probability
+            .unwrap_or(if played_routed { 1.0 } else { 0.0 }),
+        Objective::SelectionRate => r
+            .first_call_probabilities
+            .as_ref()
+            .and_then(|p| p.get(target).copied())
+            .unwrap_or(if r.target_first { 1.0 } else { 0.0 }),
+    };
+    v.clamp(0.0, 1.0)
+}
+
+/// Metrics of screens: first moves only, so no success figure.
+pub(crate) fn screen_metrics(facts: &[RolloutFacts]) -> Metrics {
+    let mut m = Metrics::from_rollouts(facts);
+    m.success = tooltune_objectives::stats::Rate::empty();
+    m.mean_score = None;
+    m
+}
+
 /// The objective facts of evaluated tasks, with `target` as the tool whose selection is measured.
 pub(crate) fn facts_of(
     results: &[TaskResult],
@@ -227,16 +291,18 @@ pub(crate) fn facts_of(
                 r.score,
                 r.called.clone(),
             )?;
-            Ok(
-                match r
-                    .first_call_probabilities
-                    .as_ref()
-                    .and_then(|p| p.get(target))
-                {
-                    Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
-                    None => f,
-                },
-            )
+            let f = match r
+                .first_call_probabilities
+                .as_ref()
+                .and_then(|p| p.get(target))
+            {
+                Some(p) => f.with_first_call_probability(p.clamp(0.0, 1.0))?,
+                None => f,
+            };
+            Ok(match r.routing_probability {
+                Some(p) => f.with_routing_probability(p.clamp(0.0, 1.0))?,
+                None => f,
+            })
         })
         .collect()
 }
@@ -248,6 +314,8 @@ struct Ctx<'a> {
     suite: Suite,
     server: McpServer,
     server_tools: Vec<ToolSpec>,
+    /// sha256 of the suite file: part of every rollout key.
+    suite_digest: String,
     models: Models,
     stop: StopSignal,
     started: Instant,
@@ -272,7 +340,9 @@ impl Ctx<'_> {
         self.stop.is_set() || self.cfg.stop_file.as_ref().is_some_and(|f| f.exists())
     }
 
-    /// Results of `descriptions` on `tasks`, running only the rollouts not already stored.
+    /// Results of `descriptions` on `tasks`, running only the rollouts not already stored: first this run's own
+    /// rows, then the store's result cache (a rollout is a pure function of its key, see [`rollout_key`]), and
+    /// only then the evaluator. Whatever is found or played is recorded under this run too.
     async fn results(
         &self,
         descriptions: &Descriptions,
@@ -281,23 +351,48 @@ impl Ctx<'_> {
         let key = candidate_key(descriptions);
         let mut have: BTreeMap<(String, i64), TaskResult> = BTreeMap::new();
         for row in self.store.rollouts(&self.run_id, &key).await? {
-            let r: TaskResult =
-                serde_json::from_str(&row.result).map_err(|e| DriverError::Corrupt {
-                    run: self.run_id.clone(),
-                    what: "rollout result",
-                    message: e.to_string(),
-                })?;
+            let r: TaskResult = self.parse_result(&row.result, "rollout result")?;
             have.insert((row.task_id, row.rollout), r);
         }
         let candidate = EvalCandidate {
             descriptions: descriptions.clone(),
         };
+        let world = self.world_key(descriptions);
         for rollout in 0..self.cfg.rollouts_per_task {
-            let missing: Vec<String> = tasks
+            let mut missing: Vec<String> = tasks
                 .iter()
                 .filter(|t| !have.contains_key(&((*t).clone(), i64::from(rollout))))
                 .cloned()
                 .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let keys: Vec<String> = missing
+                .iter()
+                .map(|t| self.task_key("rollout", &world, t, rollout))
+                .collect();
+            let cached = self.store.cached_results(&keys).await?;
+            let mut still = Vec::new();
+            for (t, k) in missing.iter().zip(&keys) {
+                match cached.get(k) {
+                    Some(c) => {
+                        let r: TaskResult = self.parse_result(&c.result, "cached rollout")?;
+                        self.store
+                            .save_rollout(
+                                &self.run_id,
+                                &key,
+                                t,
+                                i64::from(rollout),
+                                &c.result,
+                                c.trajectory_id.as_deref(),
+                            )
+                            .await?;
+                        have.insert((t.clone(), i64::from(rollout)), r);
+                    }
+                    None => still.push(t.clone()),
+                }
+            }
+            missing = still;
             if missing.is_empty() {
                 continue;
             }
@@ -309,10 +404,7 @@ impl Ctx<'_> {
                 run_id: Some(self.run_id.clone()),
                 candidate_id: Some(key.clone()),
                 rollout,
-                host: tooltune_evaluator::host::HostConfig {
-                    seed: Some(self.cfg.seed.wrapping_add(u64::from(rollout))),
-                    ..Default::default()
-                },
+                host: self.host(rollout),
                 ..EvalOptions::default()
             };
             let result = evaluate(
@@ -326,16 +418,28 @@ impl Ctx<'_> {
             )
             .await?;
             for r in result.tasks {
+                let json = serde_json::to_string(&r).unwrap_or_default();
                 self.store
                     .save_rollout(
                         &self.run_id,
                         &key,
                         &r.task_id,
                         i64::from(rollout),
-                        &serde_json::to_string(&r).unwrap_or_default(),
+                        &json,
                         r.trajectory_id.as_deref(),
                     )
                     .await?;
+                // An infrastructure failure says nothing about the candidate: it is not worth keeping.
+                if r.infra_failure.is_none() {
+                    self.store
+                        .cache_result(
+                            &self.task_key("rollout", &world, &r.task_id, rollout),
+                            "rollout",
+                            &json,
+                            r.trajectory_id.as_deref(),
+                        )
+                        .await?;
+                }
                 have.insert((r.task_id.clone(), i64::from(rollout)), r);
             }
         }
@@ -347,6 +451,155 @@ impl Ctx<'_> {
                     .collect::<Vec<_>>()
             })
             .collect())
+    }
+
+    /// Exact first-move results (no rollouts) of `descriptions` on `tasks`, from the result cache where the
+    /// same screen was made before (by any run), else from the evaluator in selection-only mode.
+    async fn screens(
+        &self,
+        descriptions: &Descriptions,
+        tasks: &[String],
+    ) -> Result<HashMap<String, TaskResult>, DriverError> {
+        let world = self.world_key(descriptions);
+        let keys: Vec<String> = tasks
+            .iter()
+            .map(|t| self.task_key("screen", &world, t, 0))
+            .collect();
+        let cached = self.store.cached_results(&keys).await?;
+        let mut out = HashMap::new();
+        let mut missing = Vec::new();
+        for (t, k) in tasks.iter().zip(&keys) {
+            match cached.get(k) {
+                Some(c) => {
+                    out.insert(t.clone(), self.parse_result(&c.result, "cached screen")?);
+                }
+                None => missing.push(t.clone()),
+            }
+        }
+        if !missing.is_empty() {
+            let opts = EvalOptions {
+                task_ids: missing,
+                target: Some(self.cfg.target.clone()),
+                mode: Mode::SelectionOnly,
+                batch: self.cfg.batch,
+                host: self.host(0),
+                ..EvalOptions::default()
+            };
+            let candidate = EvalCandidate {
+                descriptions: descriptions.clone(),
+            };
+            let result = evaluate(
+                &self.suite,
+                &self.server,
+                self.models.agent.as_ref(),
+                None,
+                &candidate,
+                &opts,
+                |_, _| {},
+            )
+            .await?;
+            for r in result.tasks {
+                // Only an exact screen is a pure function of its key; a sampled one is not kept.
+                if r.infra_failure.is_none() && r.routing_probability.is_some() {
+                    self.store
+                        .cache_result(
+                            &self.task_key("screen", &world, &r.task_id, 0),
+                            "screen",
+                            &serde_json::to_string(&r).unwrap_or_default(),
+                            None,
+                        )
+                        .await?;
+                }
+                out.insert(r.task_id.clone(), r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Screen scores under the run's objective: the exact probability of the right first move for task success
+    /// and routing (task success on these suites is mostly routing), of choosing the target first for selection.
+    /// A backend that cannot score exactly gives its sampled first move as 0 or 1.
+    async fn screen_scores(
+        &self,
+        descriptions: &Descriptions,
+        tasks: &[String],
+    ) -> Result<Scores, DriverError> {
+        let results = self.screens(descriptions, tasks).await?;
+        Ok(tasks
+            .iter()
+            .map(|t| {
+                let v = results.get(t).map_or(0.0, |r| {
+                    screen_value(r, self.cfg.objective, &self.cfg.target)
+                });
+                (t.clone(), v)
+            })
+            .collect())
+    }
+
+    fn parse_result(&self, text: &str, what: &'static str) -> Result<TaskResult, DriverError> {
+        serde_json::from_str(text).map_err(|e| DriverError::Corrupt {
+            run: self.run_id.clone(),
+            what,
+            message: e.to_string(),
+        })
+    }
+
+    /// The host settings of rollout `rollout`.
+    fn host(&self, rollout: u32) -> tooltune_evaluator::host::HostConfig {
+        tooltune_evaluator::host::HostConfig {
+            seed: Some(self.cfg.seed.wrapping_add(u64::from(rollout))),
+            ..Default::default()
+        }
+    }
+
+    /// What every rollout of `descriptions` in this run shares: the agent model (and the SIMD path its greedy
+    /// output depends on), the host and its settings, the suite file, the server, and the tools as shown.
+    fn world_key(&self, descriptions: &Descriptions) -> String {
+        let shown: Vec<(&str, &str, String)> = self
+            .server_tools
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_str(),
+                    descriptions
+                        .get(&t.name)
+                        .map_or(t.description.as_str(), String::as_str),
+                    t.input_schema.to_string(),
+                )
+            })
+            .collect();
+        let mut h = Sha256::new();
+        for part in [
+            self.models.agent.id(),
+            simd_path().to_string(),
+            HOST_VERSION.to_string(),
+            format!("{:?}", tooltune_evaluator::host::HostConfig::default()),
+            self.suite_digest.clone(),
+            serde_json::to_string(&self.suite.server).unwrap_or_default(),
+            serde_json::to_string(&shown).unwrap_or_default(),
+        ] {
+            h.update(part.as_bytes());
+            h.update([0u8]);
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// The content address of one task's result in a world: see [`rollout_key`].
+    fn task_key(&self, kind: &str, world: &str, task: &str, rollout: u32) -> String {
+        let task_text = self
+            .suite
+            .tasks
+            .iter()
+            .find(|t| t.id == task)
+            .map(|t| format!("{t:?}"))
+            .unwrap_or_default();
+        rollout_key(
+            kind,
+            world,
+            &task_text,
+            rollout,
+            self.cfg.seed.wrapping_add(u64::from(rollout)),
+        )
     }
 
     fn facts(&self, results: &[TaskResult]) -> Result<Vec<RolloutFacts>, DriverError> {
@@ -389,6 +642,11 @@ impl Ctx<'_> {
         Ok((scores, rollouts))
     }
 
+    /// Whether every evaluation of the search is a screen (selection and routing with screening on).
+    fn decisive(&self) -> bool {
+        self.cfg.screening.as_ref().is_some_and(|s| s.decisive)
+    }
+
     /// Evaluates and turns the result into the search's observation.
     async fn observe_evaluation(
         &self,
@@ -398,6 +656,35 @@ impl Ctx<'_> {
         tasks: &[String],
         rollouts_spent: u64,
     ) -> Result<Observation, DriverError> {
+        if self.decisive() {
+            self.emit(Event::Evaluating {
+                candidate: candidate.0,
+                phase: format!("{phase} (screen)"),
+                tasks: tasks.len(),
+            })
+            .await?;
+            let scores = self.screen_scores(descriptions, tasks).await?;
+            let results = self.screens(descriptions, tasks).await?;
+            let ordered: Vec<TaskResult> = tasks
+                .iter()
+                .filter_map(|t| results.get(t).cloned())
+                .collect();
+            let facts = self.facts(&ordered)?;
+            self.emit(Event::Evaluated {
+                candidate: candidate.0,
+                phase: format!("{phase} (screen)"),
+                mean: tooltune_optimizer::mean_over(&scores, tasks),
+                metrics: Box::new(screen_metrics(&facts)),
+                rollouts_spent,
+            })
+            .await?;
+            return Ok(Observation::evaluated_by_screen(
+                candidate,
+                scores,
+                tasks.len() as u64,
+                self.elapsed_ms(),
+            ));
+        }
         let (scores, n) = self
             .evaluate_action(candidate.0, phase, descriptions, tasks, rollouts_spent)
             .await?;
@@ -409,29 +696,32 @@ impl Ctx<'_> {
         ))
     }
 
-    async fn reflect_action(
+    /// The reflective dataset of `parent_descriptions` on `tasks`: its rollouts' trajectories, or, when the
+    /// search runs on screens alone, each task's exact first moves written up as a one-step run.
+    async fn reflective_examples(
         &self,
         parent_descriptions: &Descriptions,
-        parent: u32,
-        tool: &str,
-        current: &str,
         tasks: &[String],
-    ) -> Result<tooltune_reflection::Proposal, DriverError> {
-        let key = format!("c{parent}:{tool}:{}", tasks.join(","));
-        if let Some(stored) = self.store.proposal(&self.run_id, &key).await? {
-            return serde_json::from_str(&stored).map_err(|e| DriverError::Corrupt {
-                run: self.run_id.clone(),
-                what: "proposal",
-                message: e.to_string(),
-            });
-        }
-        self.emit(Event::Reflecting {
-            parent,
-            tool: tool.to_string(),
-        })
-        .await?;
-        let results = self.results(parent_descriptions, tasks).await?;
+    ) -> Result<Vec<ReflectiveExample>, DriverError> {
         let mut examples = Vec::new();
+        if self.decisive() {
+            let screens = self.screens(parent_descriptions, tasks).await?;
+            let shown = EvalCandidate {
+                descriptions: parent_descriptions.clone(),
+            }
+            .apply(&self.server_tools)
+            .map_err(DriverError::Eval)?;
+            for t in tasks {
+                let (Some(r), Some(task)) =
+                    (screens.get(t), self.suite.tasks.iter().find(|x| &x.id == t))
+                else {
+                    continue;
+                };
+                examples.extend(screen_example(r, &task.prompt, &shown));
+            }
+            return Ok(examples);
+        }
+        let results = self.results(parent_descriptions, tasks).await?;
         for r in &results {
             let Some(id) = &r.trajectory_id else { continue };
             let Some(trajectory) = self
@@ -449,56 +739,197 @@ impl Ctx<'_> {
                 feedback: r.feedback.clone(),
             });
         }
+        Ok(examples)
+    }
+
+    /// Asks the reflector for `k` new descriptions of `tool` (the first greedy, the others sampled), decoded
+    /// together. Stored under (parent, tool, minibatch, k) before the search sees them, so a resumed run gets
+    /// the same proposals back.
+    async fn reflect_action(
+        &self,
+        parent_descriptions: &Descriptions,
+        parent: u32,
+        tool: &str,
+        current: &str,
+        tasks: &[String],
+        k: usize,
+    ) -> Result<Vec<tooltune_reflection::Proposal>, DriverError> {
+        let k = k.max(1);
+        let key = if k == 1 {
+            format!("c{parent}:{tool}:{}", tasks.join(","))
+        } else {
+            format!("c{parent}:{tool}:{}:k{k}", tasks.join(","))
+        };
+        if let Some(stored) = self.store.proposal(&self.run_id, &key).await? {
+            let corrupt = |e: serde_json::Error| DriverError::Corrupt {
+                run: self.run_id.clone(),
+                what: "proposal",
+                message: e.to_string(),
+            };
+            return if k == 1 {
+                Ok(vec![serde_json::from_str(&stored).map_err(corrupt)?])
+            } else {
+                serde_json::from_str(&stored).map_err(corrupt)
+            };
+        }
+        self.emit(Event::Reflecting {
+            parent,
+            tool: tool.to_string(),
+        })
+        .await?;
+        let examples = self.reflective_examples(parent_descriptions, tasks).await?;
         let schema = self
             .server_tools
             .iter()
             .find(|t| t.name == tool)
             .map(|t| (*t.input_schema).clone())
             .unwrap_or_default();
-        let request = ReflectionRequest {
+        let request = |i: usize| ReflectionRequest {
             tool: tool.to_string(),
             current_description: current.to_string(),
-            input_schema: schema,
+            input_schema: schema.clone(),
             goal: match self.cfg.objective {
                 Objective::TaskSuccess => Goal::TaskSuccess,
                 Objective::SelectionRate => Goal::Selection,
+                Objective::Routing => Goal::Routing,
             },
-            examples,
+            examples: examples.clone(),
             options: ReflectionOptions {
-                seed: self.cfg.seed,
+                seed: self.cfg.seed.wrapping_add(1000 * i as u64),
+                // The first proposal is the greedy one; the others are samples of the same prompt.
+                temperature: if i == 0 { 0.0 } else { 0.8 },
                 ..ReflectionOptions::default()
             },
         };
-        let proposal = match reflect(self.models.reflector.as_ref(), &request).await {
-            Ok(p) => p,
-            // A backend failure mid-way still yields the attempts made so far: recorded as a failed proposal.
-            Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
-            Err(e) => return Err(DriverError::Config(e.to_string())),
+        let gather = gather::Gather::new(self.models.reflector.as_ref(), k);
+        let gather = &gather;
+        let runs = (0..k).map(|i| {
+            let req = request(i);
+            async move {
+                let r = reflect(gather, &req).await;
+                gather.leave().await;
+                r
+            }
+        });
+        let mut proposals = Vec::with_capacity(k);
+        for r in futures::future::join_all(runs).await {
+            proposals.push(match r {
+                Ok(p) => p,
+                // A backend failure mid-way still yields the attempts made so far: recorded as a failed proposal.
+                Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
+                Err(e) => return Err(DriverError::Config(e.to_string())),
+            });
+        }
+        let stored = if k == 1 {
+            serde_json::to_string(&proposals[0])
+        } else {
+            serde_json::to_string(&proposals)
         };
         self.store
-            .save_proposal(
-                &self.run_id,
-                &key,
-                &serde_json::to_string(&proposal).unwrap_or_default(),
-            )
+            .save_proposal(&self.run_id, &key, &stored.unwrap_or_default())
             .await?;
-        let error = (!proposal.succeeded()).then(|| {
-            proposal
-                .attempts
-                .last()
-                .and_then(|a| a.error.clone())
-                .unwrap_or_else(|| "no usable reply".to_string())
-        });
-        self.emit(Event::Proposed {
-            parent,
-            tool: tool.to_string(),
-            description: proposal.description.clone(),
-            diagnosis: proposal.diagnosis.clone(),
-            error,
-        })
-        .await?;
-        Ok(proposal)
+        for proposal in &proposals {
+            let error = (!proposal.succeeded()).then(|| proposal_error(proposal));
+            self.emit(Event::Proposed {
+                parent,
+                tool: tool.to_string(),
+                description: proposal.description.clone(),
+                diagnosis: proposal.diagnosis.clone(),
+                error,
+            })
+            .await?;
+        }
+        Ok(proposals)
     }
+
+    /// Answers an [`Action::Screen`]: each candidate's screen scores on `tasks`. Counted: the proposals' task
+    /// evaluations (the parent's are known from before, and in the cache).
+    async fn screen_action(
+        &self,
+        candidates: &[(tooltune_optimizer::CandidateId, Descriptions)],
+        tasks: &[String],
+    ) -> Result<Observation, DriverError> {
+        let mut scores = BTreeMap::new();
+        for (i, (c, d)) in candidates.iter().enumerate() {
+            self.emit(Event::Evaluating {
+                candidate: c.0,
+                phase: if i == 0 { "screen (parent)" } else { "screen" }.into(),
+                tasks: tasks.len(),
+            })
+            .await?;
+            let results = self.screens(d, tasks).await?;
+            let s: Scores = tasks
+                .iter()
+                .map(|t| {
+                    let v = results.get(t).map_or(0.0, |r| {
+                        screen_value(r, self.cfg.objective, &self.cfg.target)
+                    });
+                    (t.clone(), v)
+                })
+                .collect();
+            let ordered: Vec<TaskResult> = tasks
+                .iter()
+                .filter_map(|t| results.get(t).cloned())
+                .collect();
+            self.emit(Event::Evaluated {
+                candidate: c.0,
+                phase: "screen".into(),
+                mean: tooltune_optimizer::mean_over(&s, tasks),
+                metrics: Box::new(screen_metrics(&self.facts(&ordered)?)),
+                rollouts_spent: 0,
+            })
+            .await?;
+            scores.insert(*c, s);
+        }
+        let counted = (candidates.len().saturating_sub(1) * tasks.len()) as u64;
+        Ok(Observation::screened(scores, counted, self.elapsed_ms()))
+    }
+}
+
+/// Why a proposal gave no description.
+fn proposal_error(p: &tooltune_reflection::Proposal) -> String {
+    p.attempts
+        .last()
+        .and_then(|a| a.error.clone())
+        .unwrap_or_else(|| "no usable reply".to_string())
+}
+
+/// A screened task written up as a one-step run for the reflector: the most likely first move (a call without
+/// arguments, or an answer without a tool) and, as the checks' feedback, the exact probabilities of every move.
+fn screen_example(r: &TaskResult, prompt: &str, shown: &[ToolSpec]) -> Option<ReflectiveExample> {
+    let probs = r.first_call_probabilities.clone().unwrap_or_default();
+    let no_call = r.no_call_probability.unwrap_or(0.0);
+    let mut moves: Vec<String> = probs.iter().map(|(t, p)| format!("{t} {p:.2}")).collect();
+    moves.push(format!("no tool {no_call:.2}"));
+    let right = r.owner.clone().unwrap_or_else(|| "no tool".to_string());
+    let routed = match &r.owner {
+        Some(o) => r.called.first() == Some(o),
+        None => r.called.is_empty(),
+    };
+    let feedback = format!(
+        "first move probabilities: {}; the right first move: {right}",
+        moves.join(", ")
+    );
+    let step = match r.called.first() {
+        Some(t) => {
+            serde_json::json!({"type": "model", "tool_calls": [{"name": t, "arguments": {}}]})
+        }
+        None => serde_json::json!({"type": "model", "content": "(answers without a tool)"}),
+    };
+    let trajectory: tooltune_core::Trajectory = serde_json::from_value(serde_json::json!({
+        "task": prompt,
+        "tools": shown,
+        "steps": [step],
+        "outcome": {"success": routed, "score": if routed { 1.0 } else { 0.0 }, "feedback": feedback},
+    }))
+    .ok()?;
+    Some(ReflectiveExample {
+        task: prompt.to_string(),
+        owner: r.owner.clone(),
+        trajectory,
+        success: routed,
+        feedback,
+    })
 }
 
 /// Starts a new run and drives it to the end. Returns the run id and its summary.
@@ -564,6 +995,7 @@ fn search_config(cfg: &RunConfig) -> Config {
     c.budget = cfg.budget.clone();
     c.patience = cfg.patience;
     c.score_threshold = cfg.score_threshold;
+    c.screening = cfg.screening.clone();
     c
 }
 
@@ -747,6 +1179,9 @@ async fn drive_leased(
         }
     }
     let resumed = state.is_some();
+    let suite_digest = std::fs::read(&cfg.suite)
+        .map(|b| hex::encode(Sha256::digest(&b)))
+        .unwrap_or_default();
     let ctx = Ctx {
         store,
         run_id: run_id.to_string(),
@@ -754,6 +1189,7 @@ async fn drive_leased(
         suite,
         server,
         server_tools,
+        suite_digest,
         models,
         stop,
         started: Instant::now(),
@@ -763,11 +1199,20 @@ async fn drive_leased(
     let mut search = match state {
         Some(s) => s,
         None => {
-            let seed: Descriptions = ctx
+            let mut seed: Descriptions = ctx
                 .server_tools
                 .iter()
                 .map(|t| (t.name.clone(), t.description.clone()))
                 .collect();
+            for (tool, text) in &ctx.cfg.seed_overrides {
+                if !seed.contains_key(tool) {
+                    return Err(DriverError::Config(format!(
+                        "seed override names tool `{tool}`, which the suite's server does not offer (it has: {})",
+                        seed.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                seed.insert(tool.clone(), text.clone());
+            }
             let ids = |split: Split| -> Vec<String> {
                 ctx.suite.split(split).map(|t| t.id.clone()).collect()
             };
@@ -873,30 +1318,47 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 tool,
                 current,
                 tasks,
+                proposals: k,
             } => {
                 let parent_descriptions = search
                     .candidate(parent)
                     .map(|c| c.descriptions.clone())
                     .unwrap_or_default();
-                let proposal = ctx
-                    .reflect_action(&parent_descriptions, parent.0, &tool, &current, &tasks)
+                let proposals = ctx
+                    .reflect_action(&parent_descriptions, parent.0, &tool, &current, &tasks, k)
                     .await?;
-                let tokens = proposal.total_tokens();
-                match proposal.description {
-                    Some(d) => {
-                        Observation::proposed(d, proposal.diagnosis, tokens, ctx.elapsed_ms())
+                let tokens: u64 = proposals.iter().map(|p| p.total_tokens()).sum();
+                if k <= 1 {
+                    let p = proposals.into_iter().next();
+                    match p {
+                        Some(p) if p.description.is_some() => Observation::proposed(
+                            p.description.unwrap_or_default(),
+                            p.diagnosis,
+                            tokens,
+                            ctx.elapsed_ms(),
+                        ),
+                        p => Observation::proposal_failed(
+                            p.as_ref()
+                                .map_or_else(|| "no usable reply".into(), proposal_error),
+                            tokens,
+                            ctx.elapsed_ms(),
+                        ),
                     }
-                    None => Observation::proposal_failed(
-                        proposal
-                            .attempts
-                            .last()
-                            .and_then(|a| a.error.clone())
-                            .unwrap_or_else(|| "no usable reply".into()),
-                        tokens,
-                        ctx.elapsed_ms(),
-                    ),
+                } else {
+                    let mut usable = Vec::new();
+                    let mut failures = Vec::new();
+                    for p in proposals {
+                        match p.description.clone() {
+                            Some(d) => usable.push((d, p.diagnosis.clone())),
+                            None => failures.push(proposal_error(&p)),
+                        }
+                    }
+                    Observation::proposed_many(usable, failures, tokens, ctx.elapsed_ms())
                 }
             }
+            Action::Screen {
+                candidates, tasks, ..
+            } => ctx.screen_action(&candidates, &tasks).await?,
         };
         let observation = if ctx.stop_requested() {
             observation.with_stop_requested()

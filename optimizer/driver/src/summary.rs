@@ -71,6 +71,30 @@ pub struct Comparison {
     pub selection_p_value: f64,
     /// Paired permutation p-value on the run's own objective.
     pub objective_p_value: f64,
+    /// Paired permutation p-value on per-task routing (exact probability of the right first move where
+    /// available).
+    #[serde(default)]
+    pub routing_p_value: Option<f64>,
+    /// Paired permutation p-value on the selection of the target over the tasks other tools own (the inflation
+    /// signal).
+    #[serde(default)]
+    pub off_target_p_value: Option<f64>,
+    /// Per task: the winner's routing score minus the seed's (positive: the winner routes it better).
+    #[serde(default)]
+    pub routing_deltas: Vec<TaskDelta>,
+}
+
+/// One task's change between seed and winner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskDelta {
+    /// The task.
+    pub task: String,
+    /// The tool it belongs to (none: it needs no tool).
+    pub owner: Option<String>,
+    /// The seed's score.
+    pub seed: f64,
+    /// The winner's score.
+    pub winner: f64,
 }
 
 /// A finished run.
@@ -86,6 +110,15 @@ pub struct RunSummary {
     pub stop_reason: String,
     /// Rollouts the search counted.
     pub rollouts: u64,
+    /// Screened task evaluations the search counted (exact first moves, no rollout).
+    #[serde(default)]
+    pub screened: u64,
+    /// Usable proposals the reflector made.
+    #[serde(default)]
+    pub proposals: u32,
+    /// Proposals screened out before any rollout.
+    #[serde(default)]
+    pub screened_out: u32,
     /// Reflection tokens spent.
     pub reflection_tokens: u64,
     /// Wall time, seconds.
@@ -121,6 +154,35 @@ pub(crate) fn compare(
         permutations: 20_000,
         seed: rng_seed,
     };
+    let off_pairs = {
+        let off = |v: &[RolloutFacts]| -> Vec<RolloutFacts> {
+            v.iter().filter(|f| f.off_target()).cloned().collect()
+        };
+        let (so, wo) = (off(seed), off(other));
+        let a = per_task_scores(Objective::SelectionRate, &so);
+        let b = per_task_scores(Objective::SelectionRate, &wo);
+        a.iter()
+            .filter_map(|(k, x)| b.get(k).map(|y| (*x, *y)))
+            .collect::<Vec<_>>()
+    };
+    let owners: std::collections::BTreeMap<&str, Option<String>> = seed
+        .iter()
+        .map(|f| (f.task_id(), f.owner().map(str::to_string)))
+        .collect();
+    let routing_deltas = {
+        let a = per_task_scores(Objective::Routing, seed);
+        let b = per_task_scores(Objective::Routing, other);
+        a.iter()
+            .filter_map(|(k, x)| {
+                b.get(k).map(|y| TaskDelta {
+                    task: k.clone(),
+                    owner: owners.get(k.as_str()).cloned().flatten(),
+                    seed: *x,
+                    winner: *y,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
     let success_pairs = pairs(Objective::TaskSuccess)
         .into_iter()
         .map(|(x, y)| (x >= 0.5, y >= 0.5))
@@ -132,6 +194,13 @@ pub(crate) fn compare(
         success_p_value: mcnemar_exact(success_pairs).p_value,
         selection_p_value: paired_permutation(pairs(Objective::SelectionRate), mc)?.p_value,
         objective_p_value: paired_permutation(pairs(objective), mc)?.p_value,
+        routing_p_value: Some(paired_permutation(pairs(Objective::Routing), mc)?.p_value),
+        off_target_p_value: if off_pairs.is_empty() {
+            None
+        } else {
+            Some(paired_permutation(off_pairs, mc)?.p_value)
+        },
+        routing_deltas,
     })
 }
 
@@ -186,11 +255,19 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     let validation_tasks = search.validation_tasks().to_vec();
     let mut candidates = Vec::new();
     for c in search.candidates() {
-        let validation = if c.validation_mean.is_some() {
+        let validation = if c.validation_mean.is_none() {
+            None
+        } else if ctx.decisive() {
+            // Validated by screens: their figures, with no success rate (nothing was rolled out).
+            let s = ctx.screens(&c.descriptions, &validation_tasks).await?;
+            let ordered: Vec<_> = validation_tasks
+                .iter()
+                .filter_map(|t| s.get(t).cloned())
+                .collect();
+            Some(crate::screen_metrics(&ctx.facts(&ordered)?))
+        } else {
             let r = ctx.results(&c.descriptions, &validation_tasks).await?;
             Some(Metrics::from_rollouts(&ctx.facts(&r)?))
-        } else {
-            None
         };
         let (origin, tool, diagnosis) = origin_parts(&c.origin);
         let spec = ctx
@@ -252,6 +329,9 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
             .map(|r| format!("{r:?}"))
             .unwrap_or_else(|| "unknown".into()),
         rollouts: search.spent().rollouts,
+        screened: search.spent().screened,
+        proposals: search.spent().proposals,
+        screened_out: search.spent().screened_out,
         reflection_tokens: search.spent().reflection_tokens,
         wall_s: ctx.elapsed_ms() as f64 / 1000.0,
         winner: best.id.0,

@@ -1,0 +1,78 @@
+//! Options shared by `optimize` and `demo`: the seed candidate's descriptions, and how proposals are screened.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tooltune_objectives::Objective;
+use tooltune_optimizer::Screening;
+
+/// How the search starts and screens.
+#[derive(Debug, Clone, Args)]
+pub struct SearchArgs {
+    /// Start from this description instead of the server's: TOOL=TEXT (repeatable).
+    #[arg(long = "override", value_name = "TOOL=TEXT")]
+    pub overrides: Vec<String>,
+    /// Start from the descriptions in this JSON file, keyed by tool name (what `optimize --export` writes).
+    #[arg(long = "overrides", value_name = "FILE")]
+    pub overrides_file: Option<PathBuf>,
+    /// Proposals per reflection; all are screened (exact first moves, no rollouts) and the best goes on.
+    #[arg(long, default_value_t = 4)]
+    pub proposals: usize,
+    /// GEPA as published: one proposal per reflection, no screening, every evaluation rolled out.
+    #[arg(long)]
+    pub no_screen: bool,
+    /// Task success: a proposal whose mean screen falls more than this below its parent's is not rolled out.
+    #[arg(long, default_value_t = 0.02)]
+    pub screen_margin: f64,
+    /// Screen proposals on their minibatch only, not also on the validation split (cheaper, less reliable).
+    #[arg(long)]
+    pub screen_minibatch_only: bool,
+    /// Budget in screened task evaluations (one candidate's exact first moves on one task).
+    #[arg(long, default_value_t = 1500)]
+    pub max_screened: u64,
+}
+
+impl SearchArgs {
+    /// The search's screening under `objective`: decisive for selection and routing (their screen is exact),
+    /// a gate before rollouts for task success.
+    pub fn screening(&self, objective: Objective) -> Option<Screening> {
+        (!self.no_screen).then(|| Screening {
+            proposals: self.proposals.max(1),
+            decisive: objective != Objective::TaskSuccess,
+            margin: self.screen_margin,
+            on_validation: !self.screen_minibatch_only,
+        })
+    }
+
+    /// The seed candidate's replaced descriptions.
+    pub fn seed_overrides(&self) -> Result<BTreeMap<String, String>> {
+        parse_overrides(&self.overrides, self.overrides_file.as_deref())
+    }
+}
+
+/// Descriptions from `--overrides FILE` then `--override TOOL=TEXT` (which wins for the same tool).
+pub fn parse_overrides(inline: &[String], file: Option<&Path>) -> Result<BTreeMap<String, String>> {
+    let mut descriptions = BTreeMap::new();
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading --overrides {}", file.display()))?;
+        let map: BTreeMap<String, String> = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: expected a JSON object of tool name -> description",
+                file.display()
+            )
+        })?;
+        descriptions.extend(map);
+    }
+    for o in inline {
+        let Some((tool, text)) = o.split_once('=') else {
+            bail!("--override {o:?}: expected TOOL=TEXT");
+        };
+        if tool.trim().is_empty() {
+            bail!("--override {o:?}: the tool name is empty");
+        }
+        descriptions.insert(tool.trim().to_string(), text.to_string());
+    }
+    Ok(descriptions)
+}
