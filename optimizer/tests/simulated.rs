@@ -168,6 +168,7 @@ impl FakeEnvironment {
                 tasks,
                 ..
             } => self.reflect(tool, current, tasks),
+            Action::Screen { .. } => panic!("a search without screening never asks for a screen"),
             Action::Stop(_) => return None,
         })
     }

@@ -160,6 +160,7 @@ async fn the_local_model_reflects_under_both_goals() {
         assert!(p.attempts[0].prompt.contains(match goal {
             Goal::TaskSuccess => "Goal: the agent should solve as many tasks as possible.",
             Goal::Selection => "Goal: the agent should choose `search_docs` as often as possible.",
+            Goal::Routing => "Goal: for every task the agent should first call the right tool",
         }));
         match &p.description {
             Some(d) => {

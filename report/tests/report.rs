@@ -243,6 +243,9 @@ async fn finished_run(
         target: "search_docs".into(),
         stop_reason: "RolloutBudget".into(),
         rollouts: 27,
+        screened: 0,
+        proposals: 2,
+        screened_out: 0,
         reflection_tokens: 4321,
         wall_s: 93.5,
         winner: 2,
@@ -277,6 +280,9 @@ async fn finished_run(
             success_p_value: 0.5,
             selection_p_value: 0.0312,
             objective_p_value: 0.0004,
+            routing_p_value: Some(0.02),
+            off_target_p_value: Some(0.01),
+            routing_deltas: Vec::new(),
         },
         candidates,
     };
@@ -363,6 +369,7 @@ async fn running_run(store: &Store, id: &str) {
                 100,
                 0,
             ),
+            Action::Screen { .. } => unreachable!("this search has no screening"),
             Action::Stop(_) => break,
         };
         search.observe(obs).expect("observation");

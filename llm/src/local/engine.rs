@@ -61,6 +61,9 @@ pub(crate) enum Job {
     },
 }
 
+/// One logits row (a score per vocabulary token).
+type Row = Vec<f32>;
+
 /// Text appended to the rendered prompt to reach the point where Qwen writes the tool name.
 pub(crate) const NAME_PREFIX: &str = "<tool_call>\n{\"name\": \"";
 
@@ -522,7 +525,7 @@ impl<'m> Engine<'m> {
         tokens: &[LlamaToken],
         want_logits: bool,
         also_at: Option<usize>,
-    ) -> Result<(Option<Vec<f32>>, Option<Vec<f32>>), LlmError> {
+    ) -> Result<(Option<Row>, Option<Row>), LlmError> {
         let bounds = self.boundaries(tokens);
         let shared = if self.prefix_reuse {
             common_prefix(&self.cache, tokens)

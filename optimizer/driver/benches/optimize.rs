@@ -5,7 +5,11 @@
 //! Run: `cargo bench -p tooltune-driver --bench optimize`. Environment: `TOOLTUNE_BENCH_SUITE` (a suite
 //! file; default the bundled `contractor`), `TOOLTUNE_BENCH_OBJECTIVE` (`success` or `selection`),
 //! `TOOLTUNE_BENCH_BUDGET` (rollouts, default 40), `TOOLTUNE_BENCH_MINUTES` (wall-time limit of the search,
-//! default 10), `TOOLTUNE_BENCH_SEED` (default 0), `TOOLTUNE_BENCH_MODEL` (`default` = 1.5B, or `fast`).
+//! default 10), `TOOLTUNE_BENCH_SEED` (default 0), `TOOLTUNE_BENCH_MODEL` (`default` = 1.5B, or `fast`),
+//! `TOOLTUNE_BENCH_SCREEN` (`off`: GEPA as published; otherwise the screened loop with
+//! `TOOLTUNE_BENCH_PROPOSALS` proposals per reflection, default 4, and `TOOLTUNE_BENCH_SCREENED` screened task
+//! evaluations, default 400), `TOOLTUNE_BENCH_TOOLS` (`target`, default, or `all`: every tool of the server is
+//! rewritten in turn).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,8 +65,18 @@ async fn main() {
         .expect("the suite studies a tool");
     let objective = match std::env::var("TOOLTUNE_BENCH_OBJECTIVE").as_deref() {
         Ok("selection") => Objective::SelectionRate,
+        Ok("routing") => Objective::Routing,
         _ => Objective::TaskSuccess,
     };
+    let screening = match std::env::var("TOOLTUNE_BENCH_SCREEN").as_deref() {
+        Ok("off") => None,
+        _ => Some(tooltune_optimizer::Screening {
+            proposals: env("TOOLTUNE_BENCH_PROPOSALS", 4),
+            decisive: objective != Objective::TaskSuccess,
+            ..tooltune_optimizer::Screening::default()
+        }),
+    };
+    let max_screened: u64 = env("TOOLTUNE_BENCH_SCREENED", 400);
     let which = match std::env::var("TOOLTUNE_BENCH_MODEL").as_deref() {
         Ok("fast") => ModelChoice::Fast,
         _ => ModelChoice::Default,
@@ -88,7 +102,19 @@ async fn main() {
     };
     let cfg = RunConfig {
         suite: suite_path.clone(),
-        tools: vec![target.clone()],
+        tools: match std::env::var("TOOLTUNE_BENCH_TOOLS").as_deref() {
+            // Every tool of the suite's server, the target first (the author owns them all).
+            Ok("all") => {
+                let mut all = vec![target.clone()];
+                for t in suite.tasks.iter().filter_map(|t| t.owner.clone()) {
+                    if !all.contains(&t) {
+                        all.push(t);
+                    }
+                }
+                all
+            }
+            _ => vec![target.clone()],
+        },
         target: target.clone(),
         objective,
         seed,
@@ -96,6 +122,7 @@ async fn main() {
             max_rollouts: Some(budget),
             max_reflection_tokens: None,
             max_wall_ms: Some((minutes * 60_000.0) as u64),
+            max_screened: screening.as_ref().map(|_| max_screened),
         },
         minibatch: 3,
         patience: None,
@@ -105,7 +132,7 @@ async fn main() {
         agent: format!("local:{which:?}"),
         reflector: format!("local:{which:?}"),
         stop_file: None,
-        screening: None,
+        screening,
         seed_overrides: Default::default(),
     };
     println!(
@@ -172,6 +199,20 @@ async fn main() {
         v(&t.seed.selection),
         v(&t.winner.selection),
         t.selection_p_value
+    );
+    let p = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
+    println!(
+        "routing seed {} winner {} (exact, permutation p = {}); off-target selection seed {} winner {} \
+         (permutation p = {}); search: {} proposals, {} screened out, {} screened task evaluations",
+        p(t.seed.expected_routing),
+        p(t.winner.expected_routing),
+        p(t.routing_p_value),
+        v(&t.seed.off_target),
+        v(&t.winner.off_target),
+        p(t.off_target_p_value),
+        s.proposals,
+        s.screened_out,
+        s.screened
     );
     println!("total wall time including the held-out comparison: {wall:.0} s");
 }
