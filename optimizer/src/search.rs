@@ -522,25 +522,12 @@ impl Search {
                 Outcome::Screened { scores, .. },
             ) => self.take_screen(parent, children, minibatch, tasks, scores),
             (Phase::ChildMinibatch { child, .. }, Outcome::Evaluated { scores, .. }) => {
-                let c = &mut self.candidates[child.0 as usize];
-                let trial = c
-                    .minibatch
-                    .as_mut()
-                    .expect("a reflection child carries its minibatch trial");
-                let to_beat: f64 = trial.parent_scores.values().sum();
-                let score: f64 = scores.values().sum();
-                trial.child_scores = Some(scores);
-                if score > to_beat {
-                    c.status = CandidateStatus::Validating;
-                    self.spent.accepted += 1;
+                if self.minibatch_trial(child, scores) {
+                    self.candidates[child.0 as usize].status = CandidateStatus::Validating;
                     self.phase = Phase::FullEval {
                         candidate: child,
                         tasks: self.validation.clone(),
                     };
-                } else {
-                    c.status = CandidateStatus::Rejected { score, to_beat };
-                    self.spent.rejected += 1;
-                    self.end_iteration();
                 }
             }
             (Phase::FullEval { candidate, .. }, Outcome::Evaluated { scores, .. }) => {
@@ -767,35 +754,45 @@ impl Search {
             .iter()
             .filter_map(|t| best_screen.get(t).map(|v| (t.clone(), *v)))
             .collect();
+        if !self.minibatch_trial(best, child_mb) {
+            return;
+        }
         let c = &mut self.candidates[best.0 as usize];
+        if self.validation.iter().all(|t| best_screen.contains_key(t)) {
+            c.validation = self
+                .validation
+                .iter()
+                .map(|t| (t.clone(), best_screen[t]))
+                .collect();
+            self.validated(best);
+        } else {
+            c.status = CandidateStatus::Validating;
+            self.phase = Phase::FullEval {
+                candidate: best,
+                tasks: self.validation.clone(),
+            };
+        }
+    }
+
+    /// GEPA's acceptance rule on a child's minibatch scores (rollouts, or a decisive screen): strictly better than
+    /// its parent's sum. Records the scores; a rejected child is marked and ends the iteration.
+    fn minibatch_trial(&mut self, child: CandidateId, scores: Scores) -> bool {
+        let c = &mut self.candidates[child.0 as usize];
         let trial = c
             .minibatch
             .as_mut()
             .expect("a reflection child carries its minibatch trial");
         let to_beat: f64 = trial.parent_scores.values().sum();
-        let score: f64 = child_mb.values().sum();
-        trial.child_scores = Some(child_mb);
+        let score: f64 = scores.values().sum();
+        trial.child_scores = Some(scores);
         if score > to_beat {
             self.spent.accepted += 1;
-            let have_validation = self.validation.iter().all(|t| best_screen.contains_key(t));
-            if have_validation {
-                c.validation = self
-                    .validation
-                    .iter()
-                    .map(|t| (t.clone(), best_screen[t]))
-                    .collect();
-                self.validated(best);
-            } else {
-                c.status = CandidateStatus::Validating;
-                self.phase = Phase::FullEval {
-                    candidate: best,
-                    tasks: self.validation.clone(),
-                };
-            }
+            true
         } else {
             c.status = CandidateStatus::Rejected { score, to_beat };
             self.spent.rejected += 1;
             self.end_iteration();
+            false
         }
     }
 

@@ -1382,6 +1382,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_rollout_key_changes_with_every_part_and_only_with_them() {
+        let base = rollout_key("rollout", "world", "task", 0, 7);
+        assert_eq!(base, rollout_key("rollout", "world", "task", 0, 7));
+        assert!(base.starts_with("rollout-") && base.len() == "rollout-".len() + 64);
+        let variants = [
+            rollout_key("screen", "world", "task", 0, 7),
+            rollout_key("rollout", "world2", "task", 0, 7),
+            rollout_key("rollout", "world", "task2", 0, 7),
+            rollout_key("rollout", "world", "task", 1, 7),
+            rollout_key("rollout", "world", "task", 0, 8),
+            // Parts are separated, so moving text from one part to the next is a different key.
+            rollout_key("rollout", "worldt", "ask", 0, 7),
+        ];
+        for (i, v) in variants.iter().enumerate() {
+            assert_ne!(&base, v, "variant {i}");
+            for w in &variants[i + 1..] {
+                assert_ne!(v, w);
+            }
+        }
+    }
+
+    #[test]
     fn a_lease_holder_is_dead_only_when_it_is_our_machine_and_its_process_is_gone() {
         let here = hostname();
         // A lease this process holds is alive; one it no longer holds (a cancelled driver's) is not.
