@@ -300,10 +300,7 @@ pub async fn evaluate(
                     let m = moves[i].as_ref();
                     let (first, infra) = match (&p, sampled.get(i)) {
                         // The most likely first move, answering without a tool included.
-                        (Some(p), _) => (
-                            argmax(p).filter(|t| m.is_none_or(|m| p[t] >= m.no_call)),
-                            None,
-                        ),
+                        (Some(p), _) => (likeliest_first(p, m.map(|m| m.no_call)), None),
                         (None, Some(Ok(first))) => (first.clone(), None),
                         (None, Some(Err(e))) => (None, Some(format!("model backend: {e}"))),
                         (None, None) => (None, Some("no selection measured".to_string())),
@@ -417,6 +414,39 @@ impl FirstMoves {
     }
 }
 
+/// The most likely first move under exact probabilities: a tool, or `None` when answering without one is at
+/// least as likely as every call.
+fn likeliest_first(p: &BTreeMap<String, f64>, no_call: Option<f64>) -> Option<String> {
+    argmax(p).filter(|t| no_call.is_none_or(|n| p[t] >= n))
+}
+
+impl TaskResult {
+    /// The first-move part of a full rollout's result, as a selection-only evaluation would have given it (the
+    /// most likely first move as the call, no verdict), when it carries exact probabilities: the scoring that
+    /// precedes every rollout is then a screen that need not be made again.
+    pub fn first_move_only(&self, target: &str) -> Option<TaskResult> {
+        let p = self.first_call_probabilities.as_ref()?;
+        self.routing_probability?;
+        let first = likeliest_first(p, self.no_call_probability);
+        Some(TaskResult {
+            task_id: self.task_id.clone(),
+            owner: self.owner.clone(),
+            success: false,
+            score: 0.0,
+            feedback: String::new(),
+            final_answer: None,
+            target_first: first.as_deref() == Some(target),
+            target_called: first.as_deref() == Some(target),
+            called: first.into_iter().collect(),
+            first_call_probabilities: Some(p.clone()),
+            no_call_probability: self.no_call_probability,
+            routing_probability: self.routing_probability,
+            infra_failure: None,
+            trajectory_id: None,
+        })
+    }
+}
+
 fn argmax(p: &BTreeMap<String, f64>) -> Option<String> {
     p.iter()
         .max_by(|a, b| a.1.total_cmp(b.1))
@@ -493,9 +523,8 @@ fn summarise(
         .collect();
     let routed = judged
         .iter()
-        .filter(|t| match &t.owner {
-            Some(o) => t.called.first() == Some(o),
-            None => t.called.is_empty(),
+        .filter(|t| {
+            tooltune_objectives::routed(t.owner.as_deref(), t.called.first().map(String::as_str))
         })
         .count() as u64;
     let routing_p: Vec<f64> = tasks.iter().filter_map(|t| t.routing_probability).collect();

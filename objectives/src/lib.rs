@@ -13,7 +13,7 @@ pub mod objective;
 pub mod stats;
 
 pub use inflation::{Finding, FindingKind, InflationCounts, InflationReport};
-pub use objective::{ExpectedSelection, Metrics, Objective, RolloutFacts, per_task_scores};
+pub use objective::{ExpectedSelection, Metrics, Objective, RolloutFacts, per_task_scores, routed};
 pub use stats::{
     MonteCarlo, PairedPermutation, PermutationMethod, Rate, mcnemar_exact, paired_permutation,
 };

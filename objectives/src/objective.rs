@@ -234,10 +234,10 @@ impl RolloutFacts {
     /// Whether the played first move was the right one: the owner called first, or no tool called at all on a
     /// task without an owner.
     pub fn routed(&self) -> bool {
-        match &self.owner {
-            Some(o) => self.tools_called.first() == Some(o),
-            None => self.tools_called.is_empty(),
-        }
+        routed(
+            self.owner.as_deref(),
+            self.tools_called.first().map(String::as_str),
+        )
     }
     /// Whether the agent's first tool call was the target.
     pub fn chosen_first(&self) -> bool {
@@ -271,6 +271,13 @@ impl RolloutFacts {
                 .unwrap_or(if self.routed() { 1.0 } else { 0.0 }),
         }
     }
+}
+
+/// Whether a first move is the right one for a task: its owner tool called first, or, for a task without an
+/// owner, no tool at all (`first_call` is `None` when the agent answered without calling one). The one rule the
+/// routing measure is defined by, played or exact.
+pub fn routed(owner: Option<&str>, first_call: Option<&str>) -> bool {
+    owner == first_call
 }
 
 /// Per-task scores under an objective: the mean of [`RolloutFacts::objective_value`] over each task's rollouts,
@@ -448,6 +455,35 @@ mod tests {
         assert!(f.chosen_first() && f.on_target() && !f.off_target());
         let f = RolloutFacts::new("t", None, "search_docs", false, 0.0, vec![]).expect("valid");
         assert!(!f.chosen_any() && !f.on_target() && !f.off_target());
+    }
+
+    #[test]
+    fn routed_is_the_owner_first_or_no_tool_where_none_is_needed() {
+        assert!(facts("t", "web_search", true, &["web_search", "search_docs"]).routed());
+        assert!(!facts("t", "web_search", true, &["search_docs", "web_search"]).routed());
+        assert!(!facts("t", "web_search", false, &[]).routed());
+        let none = |called: &[&str]| {
+            RolloutFacts::new(
+                "t",
+                None,
+                "search_docs",
+                true,
+                1.0,
+                called.iter().map(|s| s.to_string()).collect(),
+            )
+            .expect("valid")
+        };
+        assert!(none(&[]).routed());
+        assert!(!none(&["search_docs"]).routed());
+        // The exact probability, when given, is what the routing objective counts.
+        let f = facts("t", "web_search", true, &["web_search"])
+            .with_routing_probability(0.25)
+            .expect("valid p");
+        assert_eq!(f.objective_value(Objective::Routing), 0.25);
+        assert_eq!(
+            facts("t", "web_search", true, &["web_search"]).objective_value(Objective::Routing),
+            1.0
+        );
     }
 
     #[test]

@@ -178,6 +178,15 @@ impl Outcome {
 }
 
 impl Observation {
+    /// An outcome reported at `elapsed_ms`, without a stop request.
+    fn of(outcome: Outcome, elapsed_ms: u64) -> Self {
+        Observation {
+            elapsed_ms,
+            stop_requested: false,
+            outcome,
+        }
+    }
+
     /// Per-task scores of the candidate the pending evaluation asked for.
     pub fn evaluated(
         candidate: CandidateId,
@@ -185,16 +194,15 @@ impl Observation {
         rollouts: u64,
         elapsed_ms: u64,
     ) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::Evaluated {
+        Observation::of(
+            Outcome::Evaluated {
                 candidate,
                 scores,
                 rollouts,
                 screened: 0,
             },
-        }
+            elapsed_ms,
+        )
     }
 
     /// Per-task scores of an evaluation answered by a screen (decisive screening): no rollouts.
@@ -204,25 +212,20 @@ impl Observation {
         screened: u64,
         elapsed_ms: u64,
     ) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::Evaluated {
+        Observation::of(
+            Outcome::Evaluated {
                 candidate,
                 scores,
                 rollouts: 0,
                 screened,
             },
-        }
+            elapsed_ms,
+        )
     }
 
     /// The screen scores a pending [`Action::Screen`] asked for.
     pub fn screened(scores: BTreeMap<CandidateId, Scores>, screened: u64, elapsed_ms: u64) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::Screened { scores, screened },
-        }
+        Observation::of(Outcome::Screened { scores, screened }, elapsed_ms)
     }
 
     /// The proposals of a reflection that asked for several.
@@ -232,15 +235,14 @@ impl Observation {
         reflection_tokens: u64,
         elapsed_ms: u64,
     ) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::ProposedMany {
+        Observation::of(
+            Outcome::ProposedMany {
                 proposals,
                 failures,
                 reflection_tokens,
             },
-        }
+            elapsed_ms,
+        )
     }
 
     /// A proposed description.
@@ -250,27 +252,25 @@ impl Observation {
         reflection_tokens: u64,
         elapsed_ms: u64,
     ) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::Proposed {
+        Observation::of(
+            Outcome::Proposed {
                 description,
                 diagnosis,
                 reflection_tokens,
             },
-        }
+            elapsed_ms,
+        )
     }
 
     /// A reflection that produced nothing usable.
     pub fn proposal_failed(reason: String, reflection_tokens: u64, elapsed_ms: u64) -> Self {
-        Observation {
-            elapsed_ms,
-            stop_requested: false,
-            outcome: Outcome::ProposalFailed {
+        Observation::of(
+            Outcome::ProposalFailed {
                 reason,
                 reflection_tokens,
             },
-        }
+            elapsed_ms,
+        )
     }
 
     /// The same observation, also asking the search to stop.

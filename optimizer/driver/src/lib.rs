@@ -236,24 +236,24 @@ fn simd_path() -> &'static str {
 }
 
 /// The content address of one task's result: with greedy decoding a rollout (and an exact screen) is a pure
-/// function of the world (`world`: model, host, suite, server, tools shown), the task, the rollout index and the
-/// host's sampling seed. Equal keys may share one result across candidates, runs and demos; anything that changes
-/// one of these changes the key, so nothing is invalidated by hand.
-pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: u64) -> String {
+/// function of the world (`world`: model, host, suite, server, tools shown), the task and the rollout index; a
+/// host that samples adds its seed (`None` when greedy, so runs with different search seeds share their
+/// rollouts). Equal keys may share one result across candidates, runs and demos; anything that changes one of
+/// these changes the key, so nothing is invalidated by hand.
+pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: Option<u64>) -> String {
+    let seed = seed.map_or_else(|| "greedy".to_string(), |s| s.to_string());
     let mut h = Sha256::new();
-    for part in [kind, world, task, &rollout.to_string(), &seed.to_string()] {
+    for part in [kind, world, task, &rollout.to_string(), &seed] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
     format!("{kind}-{}", hex::encode(h.finalize()))
 }
 
-/// One task's screen score under an objective (see `Ctx::screen_scores`).
+/// One task's screen score under an objective (see `Ctx::screen_candidate`).
 pub fn screen_value(r: &TaskResult, objective: Objective, target: &str) -> f64 {
-    let played_routed = match &r.owner {
-        Some(o) => r.called.first() == Some(o),
-        None => r.called.is_empty(),
-    };
+    let played_routed =
+        tooltune_objectives::routed(r.owner.as_deref(), r.called.first().map(String::as_str));
     let v = match objective {
         Objective::TaskSuccess | Objective::Routing => r
             .routing_probability
@@ -440,6 +440,19 @@ impl Ctx<'_> {
                         )
                         .await?;
                 }
+                // The exact first moves scored before the rollout are this candidate's screen of the task.
+                if rollout == 0
+                    && let Some(screen) = r.first_move_only(&self.cfg.target)
+                {
+                    self.store
+                        .cache_result(
+                            &self.task_key("screen", &world, &r.task_id, 0),
+                            "screen",
+                            &serde_json::to_string(&screen).unwrap_or_default(),
+                            None,
+                        )
+                        .await?;
+                }
                 have.insert((r.task_id.clone(), i64::from(rollout)), r);
             }
         }
@@ -516,16 +529,30 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    /// Screen scores under the run's objective: the exact probability of the right first move for task success
-    /// and routing (task success on these suites is mostly routing), of choosing the target first for selection.
-    /// A backend that cannot score exactly gives its sampled first move as 0 or 1.
-    async fn screen_scores(
+    /// Screens a candidate on `tasks` and reports it as an evaluation of `phase`: its screen scores under the
+    /// run's objective (the exact probability of the right first move for task success and routing, since task
+    /// success on these suites is mostly routing; of choosing the target first for selection). A backend that
+    /// cannot score exactly gives its sampled first move as 0 or 1.
+    async fn screen_candidate(
         &self,
+        candidate: u32,
+        phase: &str,
         descriptions: &Descriptions,
         tasks: &[String],
+        rollouts_spent: u64,
     ) -> Result<Scores, DriverError> {
+        self.emit(Event::Evaluating {
+            candidate,
+            phase: phase.to_string(),
+            tasks: tasks.len(),
+        })
+        .await?;
         let results = self.screens(descriptions, tasks).await?;
-        Ok(tasks
+        let ordered: Vec<TaskResult> = tasks
+            .iter()
+            .filter_map(|t| results.get(t).cloned())
+            .collect();
+        let scores: Scores = tasks
             .iter()
             .map(|t| {
                 let v = results.get(t).map_or(0.0, |r| {
@@ -533,7 +560,16 @@ impl Ctx<'_> {
                 });
                 (t.clone(), v)
             })
-            .collect())
+            .collect();
+        self.emit(Event::Evaluated {
+            candidate,
+            phase: phase.to_string(),
+            mean: tooltune_optimizer::mean_over(&scores, tasks),
+            metrics: Box::new(screen_metrics(&self.facts(&ordered)?)),
+            rollouts_spent,
+        })
+        .await?;
+        Ok(scores)
     }
 
     fn parse_result(&self, text: &str, what: &'static str) -> Result<TaskResult, DriverError> {
@@ -593,13 +629,9 @@ impl Ctx<'_> {
             .find(|t| t.id == task)
             .map(|t| format!("{t:?}"))
             .unwrap_or_default();
-        rollout_key(
-            kind,
-            world,
-            &task_text,
-            rollout,
-            self.cfg.seed.wrapping_add(u64::from(rollout)),
-        )
+        let host = self.host(rollout);
+        let seed = (host.temperature > 0.0).then_some(host.seed).flatten();
+        rollout_key(kind, world, &task_text, rollout, seed)
     }
 
     fn facts(&self, results: &[TaskResult]) -> Result<Vec<RolloutFacts>, DriverError> {
@@ -657,27 +689,15 @@ impl Ctx<'_> {
         rollouts_spent: u64,
     ) -> Result<Observation, DriverError> {
         if self.decisive() {
-            self.emit(Event::Evaluating {
-                candidate: candidate.0,
-                phase: format!("{phase} (screen)"),
-                tasks: tasks.len(),
-            })
-            .await?;
-            let scores = self.screen_scores(descriptions, tasks).await?;
-            let results = self.screens(descriptions, tasks).await?;
-            let ordered: Vec<TaskResult> = tasks
-                .iter()
-                .filter_map(|t| results.get(t).cloned())
-                .collect();
-            let facts = self.facts(&ordered)?;
-            self.emit(Event::Evaluated {
-                candidate: candidate.0,
-                phase: format!("{phase} (screen)"),
-                mean: tooltune_optimizer::mean_over(&scores, tasks),
-                metrics: Box::new(screen_metrics(&facts)),
-                rollouts_spent,
-            })
-            .await?;
+            let scores = self
+                .screen_candidate(
+                    candidate.0,
+                    &format!("{phase} (screen)"),
+                    descriptions,
+                    tasks,
+                    rollouts_spent,
+                )
+                .await?;
             return Ok(Observation::evaluated_by_screen(
                 candidate,
                 scores,
@@ -848,37 +868,14 @@ impl Ctx<'_> {
         &self,
         candidates: &[(tooltune_optimizer::CandidateId, Descriptions)],
         tasks: &[String],
+        rollouts_spent: u64,
     ) -> Result<Observation, DriverError> {
         let mut scores = BTreeMap::new();
         for (i, (c, d)) in candidates.iter().enumerate() {
-            self.emit(Event::Evaluating {
-                candidate: c.0,
-                phase: if i == 0 { "screen (parent)" } else { "screen" }.into(),
-                tasks: tasks.len(),
-            })
-            .await?;
-            let results = self.screens(d, tasks).await?;
-            let s: Scores = tasks
-                .iter()
-                .map(|t| {
-                    let v = results.get(t).map_or(0.0, |r| {
-                        screen_value(r, self.cfg.objective, &self.cfg.target)
-                    });
-                    (t.clone(), v)
-                })
-                .collect();
-            let ordered: Vec<TaskResult> = tasks
-                .iter()
-                .filter_map(|t| results.get(t).cloned())
-                .collect();
-            self.emit(Event::Evaluated {
-                candidate: c.0,
-                phase: "screen".into(),
-                mean: tooltune_optimizer::mean_over(&s, tasks),
-                metrics: Box::new(screen_metrics(&self.facts(&ordered)?)),
-                rollouts_spent: 0,
-            })
-            .await?;
+            let phase = if i == 0 { "screen (parent)" } else { "screen" };
+            let s = self
+                .screen_candidate(c.0, phase, d, tasks, rollouts_spent)
+                .await?;
             scores.insert(*c, s);
         }
         let counted = (candidates.len().saturating_sub(1) * tasks.len()) as u64;
@@ -902,10 +899,8 @@ fn screen_example(r: &TaskResult, prompt: &str, shown: &[ToolSpec]) -> Option<Re
     let mut moves: Vec<String> = probs.iter().map(|(t, p)| format!("{t} {p:.2}")).collect();
     moves.push(format!("no tool {no_call:.2}"));
     let right = r.owner.clone().unwrap_or_else(|| "no tool".to_string());
-    let routed = match &r.owner {
-        Some(o) => r.called.first() == Some(o),
-        None => r.called.is_empty(),
-    };
+    let routed =
+        tooltune_objectives::routed(r.owner.as_deref(), r.called.first().map(String::as_str));
     let feedback = format!(
         "first move probabilities: {}; the right first move: {right}",
         moves.join(", ")
@@ -1358,7 +1353,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
             }
             Action::Screen {
                 candidates, tasks, ..
-            } => ctx.screen_action(&candidates, &tasks).await?,
+            } => ctx.screen_action(&candidates, &tasks, spent).await?,
         };
         let observation = if ctx.stop_requested() {
             observation.with_stop_requested()
@@ -1383,17 +1378,19 @@ mod tests {
 
     #[test]
     fn a_rollout_key_changes_with_every_part_and_only_with_them() {
-        let base = rollout_key("rollout", "world", "task", 0, 7);
-        assert_eq!(base, rollout_key("rollout", "world", "task", 0, 7));
+        let base = rollout_key("rollout", "world", "task", 0, Some(7));
+        assert_eq!(base, rollout_key("rollout", "world", "task", 0, Some(7)));
         assert!(base.starts_with("rollout-") && base.len() == "rollout-".len() + 64);
         let variants = [
-            rollout_key("screen", "world", "task", 0, 7),
-            rollout_key("rollout", "world2", "task", 0, 7),
-            rollout_key("rollout", "world", "task2", 0, 7),
-            rollout_key("rollout", "world", "task", 1, 7),
-            rollout_key("rollout", "world", "task", 0, 8),
+            rollout_key("screen", "world", "task", 0, Some(7)),
+            rollout_key("rollout", "world2", "task", 0, Some(7)),
+            rollout_key("rollout", "world", "task2", 0, Some(7)),
+            rollout_key("rollout", "world", "task", 1, Some(7)),
+            rollout_key("rollout", "world", "task", 0, Some(8)),
+            // A greedy host's key has no seed in it.
+            rollout_key("rollout", "world", "task", 0, None),
             // Parts are separated, so moving text from one part to the next is a different key.
-            rollout_key("rollout", "worldt", "ask", 0, 7),
+            rollout_key("rollout", "worldt", "ask", 0, Some(7)),
         ];
         for (i, v) in variants.iter().enumerate() {
             assert_ne!(&base, v, "variant {i}");
