@@ -363,7 +363,7 @@ pub async fn run(
                 max_rollouts: Some(args.budget),
                 max_reflection_tokens: args.max_reflection_tokens,
                 max_wall_ms: args.max_minutes.map(|m| (m * 60_000.0) as u64),
-                max_screened: (!args.search.no_screen).then_some(args.search.max_screened),
+                max_screened: args.search.screen_budget(1500),
             },
             minibatch: args.minibatch,
             patience: args.patience,

@@ -28,9 +28,10 @@ pub struct SearchArgs {
     /// Screen proposals on their minibatch only, not also on the validation split (cheaper, less reliable).
     #[arg(long)]
     pub screen_minibatch_only: bool,
-    /// Budget in screened task evaluations (one candidate's exact first moves on one task).
-    #[arg(long, default_value_t = 1500)]
-    pub max_screened: u64,
+    /// Budget in screened task evaluations (one candidate's exact first moves on one task) [default: 1500 for
+    /// `optimize`, 300 for `demo`, whose two searches and held-out rollouts must fit a class period].
+    #[arg(long)]
+    pub max_screened: Option<u64>,
 }
 
 impl SearchArgs {
@@ -43,6 +44,11 @@ impl SearchArgs {
             margin: self.screen_margin,
             on_validation: !self.screen_minibatch_only,
         })
+    }
+
+    /// The screened-evaluation budget: the one given, else `default`; none without screening.
+    pub fn screen_budget(&self, default: u64) -> Option<u64> {
+        (!self.no_screen).then(|| self.max_screened.unwrap_or(default))
     }
 
     /// The seed candidate's replaced descriptions.
