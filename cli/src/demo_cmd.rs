@@ -188,11 +188,15 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     });
     eprintln!(
         "tooltune demo: optimising `{target}` of the {} suite ({} tasks) twice, for task success and for \
-         selection rate, from seed {} with {} rollouts each (plus the held-out comparison).",
+         selection rate, from seed {} with {} rollouts and {} each (plus the held-out comparison).",
         suite.name,
         suite.tasks.len(),
         args.seed,
-        args.budget
+        args.budget,
+        args.search.screen_budget(300).map_or_else(
+            || "no screens".to_string(),
+            |n| format!("{n} screened task evaluations")
+        )
     );
     eprintln!("loading the models (fetched on first use)...");
     let (agent, reflector) = args.models.resolve(config)?;
