@@ -25,9 +25,13 @@ pub struct SearchArgs {
     /// Task success: a proposal whose mean screen falls more than this below its parent's is not rolled out.
     #[arg(long, default_value_t = 0.02)]
     pub screen_margin: f64,
-    /// Screen proposals on their minibatch only, not also on the validation split (cheaper, less reliable).
+    /// Screen proposals on their minibatch only: not also on the validation split (selection, routing) or on a
+    /// fixed sample of training tasks (task success). Cheaper, less reliable.
     #[arg(long)]
     pub screen_minibatch_only: bool,
+    /// Task success: training tasks screened beside each minibatch, the same ones for the whole search.
+    #[arg(long, default_value_t = Screening::DEFAULT_SAMPLE)]
+    pub screen_sample: usize,
     /// Budget in screened task evaluations (one candidate's exact first moves on one task) [default: 1500 for
     /// `optimize`, 300 for `demo`, whose two searches and held-out rollouts must fit a class period].
     #[arg(long)]
@@ -38,11 +42,16 @@ impl SearchArgs {
     /// The search's screening under `objective`: decisive for selection and routing (their screen is exact),
     /// a gate before rollouts for task success.
     pub fn screening(&self, objective: Objective) -> Option<Screening> {
-        (!self.no_screen).then(|| Screening {
-            proposals: self.proposals.max(1),
-            decisive: objective != Objective::TaskSuccess,
-            margin: self.screen_margin,
-            on_validation: !self.screen_minibatch_only,
+        (!self.no_screen).then(|| {
+            let mut s = Screening::for_objective(objective != Objective::TaskSuccess, self.proposals);
+            s.margin = self.screen_margin;
+            if self.screen_minibatch_only {
+                s.on_validation = false;
+                s.sample = 0;
+            } else if !s.decisive {
+                s.sample = self.screen_sample;
+            }
+            s
         })
     }
 

@@ -79,6 +79,12 @@ const ARGS: &[&str] = &[
     "success",
     "--model",
     "local:fast",
+    // The 0.5B reflects too: this test is about the mechanics (a screened search, kill, resume), and the 1.5B
+    // reflector tripled its time.
+    "--reflector",
+    "local:fast",
+    "--proposals",
+    "2",
     "--budget",
     "10",
     "--seed",
@@ -159,6 +165,16 @@ async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
         assert_eq!(a[key], b[key], "{key} differs after resume");
     }
     assert_eq!(a["test"]["winner"], b["test"]["winner"]);
+    // It was a screened search: proposals were screened before any rollout of theirs, and the counts survive the
+    // resume.
+    for key in ["screened", "proposals", "screened_out"] {
+        assert_eq!(a[key], b[key], "{key} differs after resume");
+    }
+    assert!(
+        b["screened"].as_u64().unwrap_or(0) > 0,
+        "no screened evaluation: {}",
+        b["screened"]
+    );
     // Both objectives are reported, whichever was optimised.
     for side in ["seed", "winner"] {
         for metric in ["success", "selection", "off_target"] {

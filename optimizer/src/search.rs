@@ -384,6 +384,9 @@ pub struct Search {
     tried_merges: BTreeSet<(CandidateId, CandidateId, CandidateId)>,
     improved_this_iteration: bool,
     rng: ChaCha8Rng,
+    /// The training tasks screened beside each minibatch ([`crate::Screening::sample`]); fixed at the start.
+    #[serde(default)]
+    screen_sample: Vec<TaskId>,
 }
 
 impl Search {
@@ -405,6 +408,17 @@ impl Search {
         }
         check_split("train", &train)?;
         check_split("validation", &validation)?;
+        // Drawn with a generator of its own, so the search's own draws (minibatches, merges) are the same with or
+        // without a sample.
+        let screen_sample = match &config.screening {
+            Some(sc) if !sc.on_validation && sc.sample > 0 => {
+                let mut order = train.clone();
+                order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x5c4e_e2a3_0f1d_7b19));
+                order.truncate(sc.sample);
+                order
+            }
+            _ => Vec::new(),
+        };
         let seed_candidate = Candidate {
             id: CandidateId(0),
             descriptions: seed_descriptions,
@@ -435,6 +449,7 @@ impl Search {
             tried_merges: BTreeSet::new(),
             improved_this_iteration: false,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            screen_sample,
         })
     }
 
@@ -680,11 +695,14 @@ impl Search {
             }
             Some(sc) => {
                 let mut screen_tasks = tasks.clone();
-                if sc.on_validation {
-                    for t in &self.validation {
-                        if !screen_tasks.contains(t) {
-                            screen_tasks.push(t.clone());
-                        }
+                let extra = if sc.on_validation {
+                    &self.validation
+                } else {
+                    &self.screen_sample
+                };
+                for t in extra {
+                    if !screen_tasks.contains(t) {
+                        screen_tasks.push(t.clone());
                     }
                 }
                 self.phase = Phase::ScreenChildren {

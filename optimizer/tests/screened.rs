@@ -3,7 +3,7 @@
 //! rollouts and still improves, that the margin keeps a proposal that screens worse than its parent from being
 //! rolled out, that the best of k proposals is the one that goes on, and that the screen budget stops a run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tooltune_optimizer::{
     Action, Budget, CandidateId, CandidateStatus, Config, Descriptions, Observation, Scores,
     Screening, Search, StopReason, TaskId, pick_best,
@@ -168,6 +168,7 @@ fn screened(decisive: bool, proposals: usize, max_screened: u64) -> Config {
             decisive,
             margin: 0.0,
             on_validation: true,
+            sample: 0,
         }),
         ..Config::new(["search_docs"])
     }
@@ -272,4 +273,32 @@ fn a_screened_search_resumes_from_its_serialised_state() {
     }
     assert_eq!(log, whole_log);
     assert_eq!(s.spent(), whole.spent());
+}
+
+#[test]
+fn a_gate_screens_its_minibatch_and_one_fixed_training_sample_never_validation() {
+    let mut config = screened(false, 2, 10_000);
+    let sample = 4;
+    config.screening = Some(Screening {
+        sample,
+        ..Screening::for_objective(false, 2)
+    });
+    let minibatch = config.minibatch_size;
+    let (s, _, log) = run(config);
+    let mut extras = Vec::new();
+    for a in &log {
+        if let Action::Screen { tasks, .. } = a {
+            assert!(tasks.iter().all(|t| t.starts_with("train-")), "{tasks:?}");
+            // The minibatch comes first, then the sample's tasks not already in it.
+            let rest: BTreeSet<&TaskId> = tasks[minibatch.min(tasks.len())..].iter().collect();
+            extras.push((tasks.len(), rest));
+        }
+    }
+    assert!(extras.len() >= 2, "too few screens to compare: {}", extras.len());
+    let union: BTreeSet<&TaskId> = extras.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+    assert!(union.len() <= sample, "screened beyond one fixed sample: {union:?}");
+    for (n, _) in &extras {
+        assert!(*n >= sample && *n <= sample + minibatch, "{n} tasks screened");
+    }
+    assert!(s.spent().rollouts > 0);
 }

@@ -318,6 +318,7 @@ fn clean_description(section: &str, tool: &str, echo_markers: &[String]) -> Stri
         // "The current description is too broad. A better one would be \"...\"": keep the quoted proposal.
         d = q;
     }
+    d = strip_triple_quotes(&d).to_string();
     for _ in 0..2 {
         d = unwrap_once(&d).to_string();
     }
@@ -356,6 +357,18 @@ fn last_quoted(s: &str) -> Option<String> {
         .filter_map(|c| c.get(1).or_else(|| c.get(2)))
         .last()
         .map(|m| m.as_str().trim().to_string())
+}
+
+/// A Python-style docstring wrapper (`""" ... """`, seen from the 1.5B reflector, sometimes with its closing
+/// half cut off by the token limit). Three quotes in a row never belong to a description, so each end loses them
+/// on its own.
+fn strip_triple_quotes(s: &str) -> &str {
+    let mut s = s.trim();
+    for q in ["\"\"\"", "'''", "```"] {
+        s = s.strip_prefix(q).unwrap_or(s).trim_start();
+        s = s.strip_suffix(q).unwrap_or(s).trim_end();
+    }
+    s
 }
 
 fn unwrap_once(s: &str) -> &str {
@@ -589,6 +602,14 @@ mod tests {
             ),
             Rejection::Unchanged
         );
+    }
+
+    #[test]
+    fn a_docstring_wrapper_is_removed_even_without_its_closing_half() {
+        let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: \"\"\" {GOOD} \"\"\""));
+        assert_eq!(d, GOOD);
+        let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: \"\"\"{GOOD}"));
+        assert_eq!(d, GOOD);
     }
 
     #[test]

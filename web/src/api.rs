@@ -356,9 +356,11 @@ impl StartRun {
             screening: if self.no_screen {
                 None
             } else {
-                Some(self.screening.unwrap_or(tooltune_optimizer::Screening {
-                    decisive: objective != Objective::TaskSuccess,
-                    ..tooltune_optimizer::Screening::default()
+                Some(self.screening.unwrap_or_else(|| {
+                    tooltune_optimizer::Screening::for_objective(
+                        objective != Objective::TaskSuccess,
+                        tooltune_optimizer::Screening::default().proposals,
+                    )
                 }))
             },
             seed_overrides: self.overrides,

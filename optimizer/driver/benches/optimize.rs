@@ -70,11 +70,10 @@ async fn main() {
     };
     let screening = match std::env::var("TOOLTUNE_BENCH_SCREEN").as_deref() {
         Ok("off") => None,
-        _ => Some(tooltune_optimizer::Screening {
-            proposals: env("TOOLTUNE_BENCH_PROPOSALS", 4),
-            decisive: objective != Objective::TaskSuccess,
-            ..tooltune_optimizer::Screening::default()
-        }),
+        _ => Some(tooltune_optimizer::Screening::for_objective(
+            objective != Objective::TaskSuccess,
+            env("TOOLTUNE_BENCH_PROPOSALS", 4),
+        )),
     };
     let max_screened: u64 = env("TOOLTUNE_BENCH_SCREENED", 400);
     let which = match std::env::var("TOOLTUNE_BENCH_MODEL").as_deref() {
