@@ -41,6 +41,10 @@ pub struct EvalArgs {
     /// Measure only which tool the first call picks (exact probabilities with the local model), no full rollouts.
     #[arg(long)]
     selection_only: bool,
+    /// With --selection-only on a backend that cannot score first moves exactly (an OpenAI-compatible one): first
+    /// turns sampled per task to estimate them; the figures then carry a 95% interval.
+    #[arg(long, default_value_t = tooltune_evaluator::DEFAULT_FIRST_MOVE_SAMPLES)]
+    first_move_samples: u32,
     /// How many rollouts advance together in one model batch.
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -86,6 +90,7 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
             Mode::Full
         },
         batch: args.batch,
+        first_move_samples: args.first_move_samples,
         run_id: Some(run_id.clone()),
         candidate_id: Some(candidate_id(&candidate)),
         ..EvalOptions::default()
@@ -215,8 +220,15 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
         "  routing               {} (first move = the task's owner, or no tool where none is needed)",
         rate(&r.routing)
     );
-    if let Some(e) = r.expected_routing {
-        println!("  expected routing      {e:.3} (mean exact P(the right first move))");
+    match (r.expected_routing, r.first_move_samples, r.expected_routing_interval) {
+        (Some(e), Some(k), Some((lo, hi))) => println!(
+            "  expected routing      {e:.3} [{lo:.3}, {hi:.3}] (estimated: {k} sampled first moves a task; the \
+             backend cannot score exactly)"
+        ),
+        (Some(e), _, _) => {
+            println!("  expected routing      {e:.3} (mean exact P(the right first move))")
+        }
+        _ => {}
     }
     if r.infra_failures > 0 {
         println!(

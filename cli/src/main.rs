@@ -7,10 +7,12 @@ mod llm_config;
 mod model_cmd;
 mod optimize_cmd;
 mod paths;
+mod progress;
 mod report_cmd;
 mod search_args;
 mod serve_cmd;
 mod stats_cmd;
+mod text;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

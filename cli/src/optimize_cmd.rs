@@ -1,15 +1,14 @@
 //! `tooltune optimize`: the GEPA loop on a suite under an objective, resumable, ending with the winner against the
 //! seed on the held-out test split.
 
+use crate::progress::{Budgets, Pace};
+use crate::text::one_line;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use tooltune_driver::{Event, Models, RunConfig, RunSummary, StopSignal};
+use std::sync::{Arc, Mutex};
+use tooltune_driver::{Models, RunConfig, RunSummary, StopSignal};
 use tooltune_evaluator::Split;
 use tooltune_objectives::Objective;
 use tooltune_objectives::stats::Rate;
@@ -100,189 +99,6 @@ pub async fn models(agent: &str, reflector: Option<&str>, key_env: Option<&str>)
     })
 }
 
-/// A progress display fed by the driver's events. `spent_before` is what a resumed run had already spent: the
-/// time estimate divides only this process's time by only this process's rollouts.
-///
-/// The estimate is of the whole command, not only of the search's budget (see [`rollouts_to_come`]): without the
-/// held-out evaluations and the demo's second run, the demo's first estimate said six minutes for a run that took
-/// fourteen, in a demo that took 27.6.
-pub fn progress_printer(
-    label: String,
-    budget: u64,
-    spent_before: u64,
-    test_tasks: u64,
-    later_runs: u64,
-) -> (ProgressBar, impl Fn(&Event) + Send + Sync) {
-    let bar = ProgressBar::new(budget);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {prefix} [{bar:30}] {pos}/{len} rollouts ({elapsed}, ~{eta} left) {msg}",
-        )
-        .unwrap_or(ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.set_prefix(label.clone());
-    let b = bar.clone();
-    // Without a terminal (CI logs, a pipe) the bar draws nothing and its `println` is dropped too: progress
-    // then goes to stderr as plain lines, so a long run is never silent.
-    let tty = std::io::stderr().is_terminal();
-    let started = std::time::Instant::now();
-    // What the events have said so far: the search's rollouts (resumed ones included) and how many held-out
-    // evaluations have started (they are sequential, so all but the newest are done).
-    let last_spent = AtomicU64::new(spent_before);
-    let tests_started = AtomicU64::new(0);
-    let left = move |spent: u64, tests_done: u64, stage: Stage| {
-        if budget == 0 {
-            // A run without a rollout limit has no end to estimate.
-            return String::new();
-        }
-        time_left(
-            started.elapsed().as_secs_f64(),
-            // The pace counts the held-out rollouts done so far too.
-            spent.saturating_sub(spent_before) + tests_done * test_tasks,
-            rollouts_to_come(budget, test_tasks, later_runs, stage),
-        )
-    };
-    let say = move |b: &ProgressBar, line: String| {
-        if tty {
-            b.println(line);
-        } else {
-            eprintln!(
-                "[{:>5.0}s {label}] {}",
-                started.elapsed().as_secs_f64(),
-                line.trim_start()
-            );
-        }
-    };
-    let f = move |e: &Event| match e {
-        Event::Evaluating {
-            candidate,
-            phase,
-            tasks,
-        } => {
-            let m = if phase == "test" {
-                let done = tests_started.fetch_add(1, Ordering::Relaxed);
-                let left = left(
-                    last_spent.load(Ordering::Relaxed),
-                    done,
-                    Stage::HeldOut { done },
-                );
-                format!("evaluating c{candidate} on {tasks} {phase} tasks{left}")
-            } else {
-                format!("evaluating c{candidate} on {tasks} {phase} tasks")
-            };
-            if !tty {
-                say(&b, m.clone());
-            }
-            b.set_message(m)
-        }
-        Event::Evaluated {
-            candidate,
-            phase,
-            mean,
-            rollouts_spent,
-            ..
-        } => {
-            b.set_position((*rollouts_spent).min(b.length().unwrap_or(u64::MAX)));
-            // A run without a rollout limit (budget 0) has no "of N" and no estimate.
-            let spent = if budget == 0 {
-                format!("{rollouts_spent} rollouts")
-            } else if phase == "test" {
-                // The held-out evaluations are not counted in the search's rollouts.
-                let left = left(
-                    *rollouts_spent,
-                    tests_started.load(Ordering::Relaxed),
-                    Stage::Finished,
-                );
-                format!("{rollouts_spent}/{budget} rollouts{left}")
-            } else {
-                last_spent.store(*rollouts_spent, Ordering::Relaxed);
-                let left = left(
-                    *rollouts_spent,
-                    0,
-                    Stage::Search {
-                        spent: *rollouts_spent,
-                    },
-                );
-                format!("{rollouts_spent}/{budget} rollouts{left}")
-            };
-            say(
-                &b,
-                format!("  c{candidate} {phase}: mean {mean:.3} ({spent})"),
-            );
-        }
-        Event::Reflecting { parent, tool } => {
-            let m = format!("reflecting on c{parent}'s `{tool}`");
-            if !tty {
-                say(&b, m.clone());
-            }
-            b.set_message(m)
-        }
-        Event::Proposed {
-            tool,
-            description,
-            error,
-            ..
-        } => match description {
-            Some(d) => say(&b, format!("  proposed for `{tool}`: {}", one_line(d, 110))),
-            None => say(
-                &b,
-                format!(
-                    "  proposal for `{tool}` failed: {}",
-                    error.as_deref().unwrap_or("?")
-                ),
-            ),
-        },
-        Event::Stopped { reason } => {
-            let m = format!("stopped ({reason}); final test evaluation");
-            if !tty {
-                say(&b, m.clone());
-            }
-            b.set_message(m)
-        }
-        _ => {}
-    };
-    (bar, f)
-}
-
-/// Where a run is, for [`rollouts_to_come`].
-#[derive(Debug, Clone, Copy)]
-enum Stage {
-    /// Searching, with this many of the budget's rollouts spent.
-    Search { spent: u64 },
-    /// The held-out evaluations, `done` of them finished.
-    HeldOut { done: u64 },
-    /// The run is over.
-    Finished,
-}
-
-/// Rollouts the command still has to run: what is left of this run's search budget, its held-out evaluations of
-/// the seed and the winner (`test_tasks` rollouts each; one only when the seed wins, which is not known ahead),
-/// and `later_runs` whole runs after it.
-fn rollouts_to_come(budget: u64, test_tasks: u64, later_runs: u64, stage: Stage) -> u64 {
-    let held_out = 2 * test_tasks;
-    let this_run = match stage {
-        Stage::Search { spent } => budget.saturating_sub(spent) + held_out,
-        Stage::HeldOut { done } => held_out.saturating_sub(done * test_tasks),
-        Stage::Finished => 0,
-    };
-    this_run + later_runs * (budget + held_out)
-}
-
-/// ", about N min left" from the pace so far, or nothing before there is a pace or once the budget is spent. The
-/// pace includes reflection, which a rollout-only rate would leave out.
-fn time_left(elapsed_s: f64, spent_here: u64, remaining: u64) -> String {
-    if spent_here == 0 || remaining == 0 {
-        return String::new();
-    }
-    let s = elapsed_s / spent_here as f64 * remaining as f64;
-    if s < 90.0 {
-        format!(", about {s:.0} s left")
-    } else {
-        format!(", about {:.0} min left", s / 60.0)
-    }
-}
-
 pub async fn run(
     db: &str,
     config: Option<&std::path::Path>,
@@ -314,16 +130,23 @@ pub async fn run(
         )
         .await?;
         let spent_before = u64::try_from(store.count_rollouts(run_id).await?).unwrap_or(0);
+        // Screens leave no rollouts behind: their count is in the search's checkpoint.
+        let screened_before = row
+            .state
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<tooltune_optimizer::Search>(s).ok())
+            .map_or(0, |s| s.spent().screened);
         // Only for the estimate: the driver loads the suite itself and names any error.
         let test_tasks = tooltune_evaluator::Suite::load(&cfg.suite)
             .map(|s| s.split(Split::Test).count() as u64)
             .unwrap_or(0);
-        let (bar, on_event) = progress_printer(
+        let (bar, on_event) = crate::progress::printer(
             format!("{run_id} (resumed)"),
-            budget_of(&cfg),
-            spent_before,
+            budgets_of(&cfg.budget),
+            (spent_before, screened_before),
             test_tasks,
             0,
+            Arc::new(Mutex::new(Pace::default())),
         );
         let r = tooltune_driver::resume(&store, run_id, models, stop, &on_event).await;
         bar.finish_and_clear();
@@ -375,6 +198,7 @@ pub async fn run(
             stop_file: args.stop_file.clone(),
             screening: args.search.screening(objective),
             seed_overrides: args.search.seed_overrides()?,
+            validation_sample: args.search.validation_sample,
         };
         let models = models(
             &cfg.agent,
@@ -382,12 +206,13 @@ pub async fn run(
             args.models.api_key_env.as_deref(),
         )
         .await?;
-        let (bar, on_event) = progress_printer(
+        let (bar, on_event) = crate::progress::printer(
             format!("{} on {}", objective.as_str(), loaded.name),
-            args.budget,
-            0,
+            budgets_of(&cfg.budget),
+            (0, 0),
             loaded.split(Split::Test).count() as u64,
             0,
+            Arc::new(Mutex::new(Pace::default())),
         );
         let r = tooltune_driver::start(&store, cfg, models, stop, &on_event).await;
         bar.finish_and_clear();
@@ -408,23 +233,18 @@ pub async fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-fn budget_of(cfg: &RunConfig) -> u64 {
-    cfg.budget.max_rollouts.unwrap_or(0)
+/// A run's limits as the progress display shows them.
+pub fn budgets_of(b: &Budget) -> Budgets {
+    Budgets {
+        rollouts: b.max_rollouts,
+        screened: b.max_screened,
+    }
 }
 
 fn rate(r: &Rate) -> String {
     match r.value {
         Some(v) => format!("{v:.2} [{:.2}, {:.2}]", r.low, r.high),
         None => "-".into(),
-    }
-}
-
-fn one_line(s: &str, max: usize) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max - 1).collect::<String>())
-    } else {
-        flat
     }
 }
 
@@ -575,42 +395,4 @@ async fn from_traces(
         "proposal_failed" => ExitCode::from(3),
         _ => ExitCode::from(4),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Stage, rollouts_to_come, time_left};
-
-    #[test]
-    fn the_rollouts_to_come_include_the_held_out_evaluations_and_later_runs() {
-        // The demo's default: budget 70, 14 held-out tasks, a second run after the first.
-        assert_eq!(
-            rollouts_to_come(70, 14, 1, Stage::Search { spent: 15 }),
-            55 + 28 + 98
-        );
-        // The search may overshoot its budget by a minibatch.
-        assert_eq!(
-            rollouts_to_come(70, 14, 1, Stage::Search { spent: 72 }),
-            28 + 98
-        );
-        assert_eq!(
-            rollouts_to_come(70, 14, 1, Stage::HeldOut { done: 0 }),
-            28 + 98
-        );
-        assert_eq!(
-            rollouts_to_come(70, 14, 1, Stage::HeldOut { done: 1 }),
-            14 + 98
-        );
-        assert_eq!(rollouts_to_come(70, 14, 1, Stage::Finished), 98);
-        assert_eq!(rollouts_to_come(70, 14, 0, Stage::Finished), 0);
-    }
-
-    #[test]
-    fn the_estimate_follows_the_pace_so_far_and_is_absent_without_one() {
-        // 15 rollouts in 150 s, 55 to go: 550 s.
-        assert_eq!(time_left(150.0, 15, 55), ", about 9 min left");
-        assert_eq!(time_left(10.0, 5, 20), ", about 40 s left");
-        assert_eq!(time_left(10.0, 0, 20), "", "no rollout yet in this process");
-        assert_eq!(time_left(10.0, 5, 0), "", "the budget is spent");
-    }
 }

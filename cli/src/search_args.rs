@@ -36,6 +36,10 @@ pub struct SearchArgs {
     /// `optimize`, 300 for `demo`, whose two searches and held-out rollouts must fit a class period].
     #[arg(long)]
     pub max_screened: Option<u64>,
+    /// Compare candidates on this many validation tasks, a fixed sample balanced across owner tools, instead of
+    /// the whole validation split [default: the whole split for `optimize`, 16 for `demo`].
+    #[arg(long)]
+    pub validation_sample: Option<usize>,
 }
 
 impl SearchArgs {

@@ -1,5 +1,6 @@
 //! `tooltune traces stats`: the first thing a server author looks at, per tool and per description version.
 
+use crate::text::one_line;
 use anyhow::Result;
 use clap::Args;
 use std::process::ExitCode;
@@ -71,12 +72,3 @@ fn fmt_rate(r: &Rate) -> String {
     }
 }
 
-fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max - 1).collect();
-        format!("{cut}…")
-    } else {
-        flat
-    }
-}

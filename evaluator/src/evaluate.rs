@@ -88,6 +88,10 @@ pub struct EvalOptions {
     pub candidate_id: Option<String>,
     /// Rollout index written into every stored trajectory (several rollouts per task when sampling).
     pub rollout: u32,
+    /// Selection-only evaluation on a backend that cannot score first moves exactly (a hosted one): how many
+    /// first turns are sampled per task (at temperature 1) to estimate the first-move distribution. 1 keeps the
+    /// host's own sampling and gives each move probability 0 or 1.
+    pub first_move_samples: u32,
 }
 
 impl Default for EvalOptions {
@@ -103,9 +107,15 @@ impl Default for EvalOptions {
             run_id: None,
             candidate_id: None,
             rollout: 0,
+            first_move_samples: DEFAULT_FIRST_MOVE_SAMPLES,
         }
     }
 }
+
+/// Sampled first turns per task when the backend cannot score exactly. Eight keeps a screen of 40 tasks at 320
+/// short completions (first turn only, a few dozen tokens each); a task's routing probability is then known to
+/// within about ±0.3 (95%), and a suite's mean to within about ±0.05.
+pub const DEFAULT_FIRST_MOVE_SAMPLES: u32 = 8;
 
 /// The outcome of one task.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -142,6 +152,10 @@ pub struct TaskResult {
     pub infra_failure: Option<String>,
     /// The stored trajectory's id (full mode).
     pub trajectory_id: Option<String>,
+    /// When the first-move probabilities are estimated, not exact: the sampled first turns they count (a
+    /// backend that cannot score exactly). `None`: exact, or none.
+    #[serde(default)]
+    pub first_move_samples: Option<u32>,
 }
 
 /// Where the time went.
@@ -190,8 +204,16 @@ pub struct SuiteResult {
     /// Share of judged tasks whose played first move was the right one (owner first, no tool where none is
     /// needed).
     pub routing: Rate,
-    /// Mean exact probability of the right first move, when the backend scores exactly.
+    /// Mean exact probability of the right first move, when the backend scores exactly; the mean of sampled
+    /// estimates when it cannot (then `first_move_samples` says how many per task).
     pub expected_routing: Option<f64>,
+    /// With sampled first moves: the samples per task, and a 95% interval of `expected_routing` (Wilson, over
+    /// every sampled first move of every task).
+    #[serde(default)]
+    pub first_move_samples: Option<u32>,
+    /// See `first_move_samples`.
+    #[serde(default)]
+    pub expected_routing_interval: Option<(f64, f64)>,
     /// Tasks whose rollout hit an infrastructure failure.
     pub infra_failures: u64,
     /// Where the time went.
@@ -284,27 +306,63 @@ pub async fn evaluate(
 
         match opts.mode {
             Mode::SelectionOnly => {
-                let need_sampling = probabilities.iter().any(Option::is_none);
-                let sampled = if need_sampling {
+                let need: Vec<usize> = (0..chunk.len())
+                    .filter(|&i| probabilities[i].is_none())
+                    .collect();
+                let n = opts.first_move_samples.max(1);
+                let mut sampled: BTreeMap<usize, Result<(FirstMoves, u32), String>> =
+                    BTreeMap::new();
+                if !need.is_empty() {
+                    let mut reqs = Vec::with_capacity(need.len() * n as usize);
+                    for &i in &need {
+                        for k in 0..n {
+                            let mut r = first_requests[i].clone();
+                            if n > 1 {
+                                // Independent draws of the same first turn: the host's own setting is greedy.
+                                r.temperature = 1.0;
+                                r.seed = Some(opts.host.seed.unwrap_or(0).wrapping_add(u64::from(k)));
+                            }
+                            reqs.push(r);
+                        }
+                    }
                     let t0 = Instant::now();
-                    let r = model.chat_many(&first_requests).await;
+                    let replies = model.chat_many(&reqs).await;
                     timings.model_s += t0.elapsed().as_secs_f64();
-                    r.into_iter()
-                        .map(|r| r.map(|r| r.tool_calls.first().map(|c| c.name.clone())))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                    for (j, &i) in need.iter().enumerate() {
+                        let draws = &replies[j * n as usize..(j + 1) * n as usize];
+                        let firsts: Vec<Option<String>> = draws
+                            .iter()
+                            .filter_map(|r| r.as_ref().ok())
+                            .map(|r| r.tool_calls.first().map(|c| c.name.clone()))
+                            .collect();
+                        let r = match estimate_first_move(&names, &firsts) {
+                            Some(m) => Ok((
+                                FirstMoves::new(&names, &m, chunk[i].owner.as_deref()),
+                                firsts.len() as u32,
+                            )),
+                            None => Err(draws
+                                .iter()
+                                .find_map(|r| r.as_ref().err())
+                                .map_or_else(
+                                    || "no first move sampled".to_string(),
+                                    |e| format!("model backend: {e}"),
+                                )),
+                        };
+                        sampled.insert(i, r);
+                    }
+                }
                 for (i, task) in chunk.iter().enumerate() {
-                    let p = probabilities[i].clone();
-                    let m = moves[i].as_ref();
-                    let (first, infra) = match (&p, sampled.get(i)) {
-                        // The most likely first move, answering without a tool included.
-                        (Some(p), _) => (likeliest_first(p, m.map(|m| m.no_call)), None),
-                        (None, Some(Ok(first))) => (first.clone(), None),
-                        (None, Some(Err(e))) => (None, Some(format!("model backend: {e}"))),
-                        (None, None) => (None, Some("no selection measured".to_string())),
+                    let (m, samples, infra) = match (moves[i].as_ref(), sampled.remove(&i)) {
+                        (Some(m), _) => (Some(m.clone()), None, None),
+                        (None, Some(Ok((m, k)))) => (Some(m), Some(k), None),
+                        (None, Some(Err(e))) => (None, None, Some(e)),
+                        (None, None) => (None, None, Some("no selection measured".to_string())),
                     };
+                    // The most likely first move (answering without a tool included): the mode of the samples
+                    // when they were sampled.
+                    let first = m
+                        .as_ref()
+                        .and_then(|m| likeliest_first(&m.tools, Some(m.no_call)));
                     results.push(TaskResult {
                         task_id: task.id.clone(),
                         owner: task.owner.clone(),
@@ -315,11 +373,12 @@ pub async fn evaluate(
                         target_first: first.as_deref() == Some(target.as_str()),
                         target_called: first.as_deref() == Some(target.as_str()),
                         called: first.into_iter().collect(),
-                        first_call_probabilities: p,
-                        no_call_probability: m.map(|m| m.no_call),
-                        routing_probability: m.map(|m| m.routed),
+                        first_call_probabilities: m.as_ref().map(|m| m.tools.clone()),
+                        no_call_probability: m.as_ref().map(|m| m.no_call),
+                        routing_probability: m.as_ref().map(|m| m.routed),
                         infra_failure: infra,
                         trajectory_id: None,
+                        first_move_samples: samples,
                     });
                 }
             }
@@ -384,7 +443,31 @@ fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> Ch
     }
 }
 
-/// A task's exact first moves, by name.
+/// The first-move distribution estimated from sampled first turns (`Some(name)`: a call of that tool; `None`: an
+/// answer without a tool). A call of a name the request did not offer counts as a call of none of
+/// the candidates, so the probabilities of the candidates and of not calling may sum to less than 1. `None`
+/// when nothing was sampled.
+pub fn estimate_first_move(names: &[String], firsts: &[Option<String>]) -> Option<tooltune_llm::FirstMove> {
+    if firsts.is_empty() {
+        return None;
+    }
+    let total = firsts.len() as f64;
+    let calls = firsts.iter().filter(|f| f.is_some()).count() as f64;
+    let given_call = names
+        .iter()
+        .map(|n| {
+            let k = firsts.iter().filter(|f| f.as_deref() == Some(n.as_str())).count() as f64;
+            if calls > 0.0 { k / calls } else { 0.0 }
+        })
+        .collect();
+    Some(tooltune_llm::FirstMove {
+        given_call,
+        p_call: calls / total,
+    })
+}
+
+/// A task's exact (or estimated) first moves, by name.
+#[derive(Debug, Clone)]
 struct FirstMoves {
     /// P(first move = a call of this tool).
     tools: BTreeMap<String, f64>,
@@ -443,6 +526,7 @@ impl TaskResult {
             routing_probability: self.routing_probability,
             infra_failure: None,
             trajectory_id: None,
+            first_move_samples: self.first_move_samples,
         })
     }
 }
@@ -497,6 +581,7 @@ fn judge(
         first_call_probabilities: moves.map(|m| m.tools),
         infra_failure: infra,
         trajectory_id: Some(trajectory.id().to_string()),
+        first_move_samples: None,
     };
     (result, trajectory)
 }
@@ -528,6 +613,18 @@ fn summarise(
         })
         .count() as u64;
     let routing_p: Vec<f64> = tasks.iter().filter_map(|t| t.routing_probability).collect();
+    // Sampled estimates: every sampled first move of every task is one trial of "the right first move".
+    let samples = tasks.iter().find_map(|t| t.first_move_samples);
+    let expected_routing_interval = samples.map(|_| {
+        let (hits, trials) = tasks
+            .iter()
+            .filter_map(|t| Some((t.routing_probability?, t.first_move_samples?)))
+            .fold((0u64, 0u64), |(h, n), (p, k)| {
+                (h + (p * f64::from(k)).round() as u64, n + u64::from(k))
+            });
+        let r = Rate::wilson(hits, trials);
+        (r.low, r.high)
+    });
     SuiteResult {
         suite: suite.name.clone(),
         target,
@@ -544,8 +641,59 @@ fn summarise(
         routing: Rate::wilson(routed, n),
         expected_routing: (!routing_p.is_empty() && routing_p.len() == tasks.len())
             .then(|| routing_p.iter().sum::<f64>() / routing_p.len() as f64),
+        first_move_samples: samples,
+        expected_routing_interval,
         infra_failures: tasks.len() as u64 - n,
         tasks,
         timings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["search_docs".into(), "web_search".into()]
+    }
+
+    #[test]
+    fn sampled_first_moves_estimate_each_move_by_its_share() {
+        let firsts = [
+            Some("search_docs"),
+            Some("search_docs"),
+            Some("web_search"),
+            None,
+            Some("search_docs"),
+            None,
+            Some("web_search"),
+            Some("search_docs"),
+        ]
+        .map(|f| f.map(String::from));
+        let m = estimate_first_move(&names(), &firsts).expect("sampled");
+        assert!((m.p_tool(0) - 4.0 / 8.0).abs() < 1e-12);
+        assert!((m.p_tool(1) - 2.0 / 8.0).abs() < 1e-12);
+        assert!((m.p_no_call() - 2.0 / 8.0).abs() < 1e-12);
+        // A web task: its routing probability is the owner's share.
+        let moves = FirstMoves::new(&names(), &m, Some("web_search"));
+        assert!((moves.routed - 0.25).abs() < 1e-12);
+        // The most likely move is the mode.
+        assert_eq!(
+            likeliest_first(&moves.tools, Some(moves.no_call)).as_deref(),
+            Some("search_docs")
+        );
+    }
+
+    #[test]
+    fn a_call_of_an_unoffered_tool_is_no_candidate_and_nothing_sampled_is_no_estimate() {
+        let firsts = [Some("search_docs"), Some("made_up"), None, None].map(|f| f.map(String::from));
+        let m = estimate_first_move(&names(), &firsts).expect("sampled");
+        assert!((m.p_tool(0) - 0.25).abs() < 1e-12);
+        assert!((m.p_tool(1)).abs() < 1e-12);
+        assert!((m.p_no_call() - 0.5).abs() < 1e-12);
+        assert!(estimate_first_move(&names(), &[]).is_none());
+        // Only answers: no call at all.
+        let m = estimate_first_move(&names(), &[None, None]).expect("sampled");
+        assert_eq!((m.p_call, m.p_tool(0)), (0.0, 0.0));
     }
 }

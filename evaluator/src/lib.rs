@@ -11,6 +11,7 @@ pub mod host;
 pub mod mcp;
 pub mod suite;
 
+pub use evaluate::DEFAULT_FIRST_MOVE_SAMPLES;
 pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, Transport};
 pub use suite::{AnswerCheck, CheckResult, ReferenceCall, Split, Suite, Task};
 

@@ -301,3 +301,62 @@ async fn a_server_killed_mid_suite_is_marked_and_restarted() {
     );
     server.shutdown().await;
 }
+
+/// A backend that cannot score first moves exactly (OpenAI-compatible: here the embedded 0.5B behind `model serve`,
+/// reached over HTTP) gets them estimated from sampled first turns, and says so: each task's probabilities count
+/// `first_move_samples` draws, and the suite's expected routing carries a 95% interval around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_backend_screens_by_sampled_first_moves_with_an_interval() {
+    let local = model("local:fast").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        tooltune_llm::serve::serve(listener, local, "served")
+            .await
+            .expect("serve")
+    });
+    let hosted = model(&format!("openai:served@http://{addr}/v1")).await;
+    let _ = common::bin_dir();
+    let suite = Suite::load(suites_dir().join("contractor-small.toml")).expect("suite");
+    let server = McpServer::connect(suite.server.clone())
+        .await
+        .expect("server");
+    let samples = 4;
+    let ids = ["docs-coverage", "web-nairobi-uv"];
+    let opts = EvalOptions {
+        mode: tooltune_evaluator::evaluate::Mode::SelectionOnly,
+        first_move_samples: samples,
+        target: Some("search_docs".into()),
+        ..only(&ids)
+    };
+    let r = evaluate(
+        &suite,
+        &server,
+        hosted.as_ref(),
+        None,
+        &Candidate::default(),
+        &opts,
+        |_, _| {},
+    )
+    .await
+    .expect("evaluates");
+    assert_eq!(r.tasks.len(), ids.len());
+    for t in &r.tasks {
+        assert!(t.infra_failure.is_none(), "{t:?}");
+        assert_eq!(t.first_move_samples, Some(samples), "{t:?}");
+        let p = t.first_call_probabilities.as_ref().expect("estimated");
+        let no_call = t.no_call_probability.expect("estimated");
+        // Shares of four draws: multiples of a quarter, summing to at most 1 (a call of an unoffered name is
+        // none of the moves).
+        for v in p.values().chain(std::iter::once(&no_call)) {
+            assert!((v * 4.0 - (v * 4.0).round()).abs() < 1e-9, "{v} in {t:?}");
+        }
+        assert!(p.values().sum::<f64>() + no_call <= 1.0 + 1e-9);
+    }
+    assert_eq!(r.first_move_samples, Some(samples));
+    let e = r.expected_routing.expect("estimated routing");
+    let (lo, hi) = r.expected_routing_interval.expect("an interval");
+    assert!(lo <= e && e <= hi && hi - lo > 0.0, "{lo} {e} {hi}");
+}

@@ -64,6 +64,10 @@ pub struct IterationPoint {
     pub off_target: Rate,
     /// Expected selection from exact first-call probabilities, when the backend gave them.
     pub expected_selection: Option<f64>,
+    /// The right first move (the task's owner tool) as played, with its 95% interval.
+    pub routing: Rate,
+    /// Mean exact probability of the right first move, when the backend gave first-move probabilities.
+    pub expected_routing: Option<f64>,
 }
 
 /// A description the search accepted (or the seed), with what changed from its parent and why.
@@ -497,6 +501,7 @@ fn series(events: &[Event]) -> Vec<IterationPoint> {
             mean,
             metrics,
             rollouts_spent,
+            ..
         } = e
         else {
             continue;
@@ -520,6 +525,8 @@ fn series(events: &[Event]) -> Vec<IterationPoint> {
             selection: metrics.selection,
             off_target: metrics.off_target,
             expected_selection: metrics.expected.map(|e| e.all),
+            routing: metrics.routing,
+            expected_routing: metrics.expected_routing,
         });
     }
     out

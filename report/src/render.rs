@@ -50,9 +50,11 @@ struct TestGroup {
     p_success: String,
     p_selection: String,
     p_objective: String,
+    p_routing: String,
     sig_success: bool,
     sig_selection: bool,
     sig_objective: bool,
+    sig_routing: bool,
 }
 
 #[derive(Serialize)]
@@ -61,6 +63,7 @@ struct TestSide {
     selection: String,
     off_target: String,
     expected: String,
+    routing: String,
 }
 
 #[derive(Serialize)]
@@ -94,6 +97,7 @@ struct SeriesRow {
     selection: String,
     off_target: String,
     expected: String,
+    routing: String,
 }
 
 #[derive(Serialize)]
@@ -333,6 +337,16 @@ fn side(m: &Metrics) -> TestSide {
             .expected
             .map(|e| pct(e.all))
             .unwrap_or_else(|| "–".to_string()),
+        routing: routing_text(&m.routing, m.expected_routing),
+    }
+}
+
+/// Routing as the tables show it: the exact mean when the backend scored first moves (it is the finer measure),
+/// with the played rate beside it; the played rate alone otherwise.
+fn routing_text(played: &Rate, exact: Option<f64>) -> String {
+    match exact {
+        Some(e) => format!("{} (played {})", pct(e), fmt_rate(played)),
+        None => fmt_rate(played),
     }
 }
 
@@ -353,9 +367,14 @@ fn test_group(r: &RunReport) -> Option<TestGroup> {
         p_success: fmt_p(t.success_p_value),
         p_selection: fmt_p(t.selection_p_value),
         p_objective: fmt_p(t.objective_p_value),
+        p_routing: t
+            .routing_p_value
+            .map(fmt_p)
+            .unwrap_or_else(|| "–".to_string()),
         sig_success: t.success_p_value < 0.05,
         sig_selection: t.selection_p_value < 0.05,
         sig_objective: t.objective_p_value < 0.05,
+        sig_routing: t.routing_p_value.is_some_and(|p| p < 0.05),
     })
 }
 
@@ -579,6 +598,7 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
                     .expected_selection
                     .map(pct)
                     .unwrap_or_else(|| "–".to_string()),
+                routing: routing_text(&p.routing, p.expected_routing),
             })
             .collect(),
         steps,

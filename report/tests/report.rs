@@ -78,6 +78,7 @@ fn config(objective: Objective) -> RunConfig {
         stop_file: None,
         screening: None,
         seed_overrides: Default::default(),
+        validation_sample: None,
     }
 }
 
@@ -174,6 +175,7 @@ async fn finished_run(
             mean: m.headline(objective).unwrap_or(0.0),
             metrics: Box::new(m.clone()),
             rollouts_spent: spent,
+            screened_spent: 0,
         });
         if c == 0 {
             // A resumed run repeats the evaluation in flight: the same evaluation, stored twice.
@@ -188,6 +190,7 @@ async fn finished_run(
                 mean: m.headline(objective).unwrap_or(0.0),
                 metrics: Box::new(m.clone()),
                 rollouts_spent: spent,
+                screened_spent: 0,
             });
         }
         events.push(Event::Evaluated {
@@ -196,6 +199,7 @@ async fn finished_run(
             mean: 0.5,
             metrics: Box::new(m.clone()),
             rollouts_spent: spent + 3,
+            screened_spent: 0,
         });
         events.push(Event::Proposed {
             parent: c,
@@ -229,6 +233,7 @@ async fn finished_run(
         mean: 0.5,
         metrics: Box::new(winner_test.clone()),
         rollouts_spent: 27,
+        screened_spent: 0,
     });
     events.push(Event::Finished { best: 2 });
     for e in &events {
@@ -354,6 +359,7 @@ async fn running_run(store: &Store, id: &str) {
                         mean: score,
                         metrics: Box::new(m),
                         rollouts_spent: spent,
+                        screened_spent: 0,
                     });
                 }
                 Observation::evaluated(

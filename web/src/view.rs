@@ -247,6 +247,7 @@ pub(crate) fn evaluations(events: &[(i64, String)]) -> Vec<EvalPoint> {
                     mean,
                     metrics,
                     rollouts_spent,
+                    ..
                 } => Some(EvalPoint {
                     seq: *seq,
                     candidate,

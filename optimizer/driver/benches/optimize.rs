@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo bench -p tooltune-driver --bench optimize`. Environment: `TOOLTUNE_BENCH_SUITE` (a suite
 //! file; default the bundled `contractor`), `TOOLTUNE_BENCH_OBJECTIVE` (`success` or `selection`),
-//! `TOOLTUNE_BENCH_BUDGET` (rollouts, default 40), `TOOLTUNE_BENCH_MINUTES` (wall-time limit of the search,
+//! `TOOLTUNE_BENCH_BUDGET` (rollouts, default 40), `TOOLTUNE_BENCH_VALIDATION` (a validation sample size; default
+//! the whole split), `TOOLTUNE_BENCH_MINUTES` (wall-time limit of the search,
 //! default 10), `TOOLTUNE_BENCH_SEED` (default 0), `TOOLTUNE_BENCH_MODEL` (`default` = 1.5B, or `fast`),
 //! `TOOLTUNE_BENCH_SCREEN` (`off`: GEPA as published; otherwise the screened loop with
 //! `TOOLTUNE_BENCH_PROPOSALS` proposals per reflection, default 4, and `TOOLTUNE_BENCH_SCREENED` screened task
@@ -133,6 +134,7 @@ async fn main() {
         stop_file: None,
         screening,
         seed_overrides: Default::default(),
+        validation_sample: std::env::var("TOOLTUNE_BENCH_VALIDATION").ok().and_then(|v| v.parse().ok()),
     };
     println!(
         "{} on `{target}` of {} ({} tasks), model {which:?} as agent and reflector, budget {budget} rollouts, \

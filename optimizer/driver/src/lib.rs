@@ -117,6 +117,47 @@ pub struct RunConfig {
     /// Descriptions that replace the server's own in the seed candidate (tool -> text).
     #[serde(default)]
     pub seed_overrides: BTreeMap<String, String>,
+    /// Compare candidates on this many validation tasks (a fixed sample balanced across owner tools, drawn from
+    /// the run's seed) instead of the whole validation split. Task-success validation is the search's largest
+    /// cost (a rollout per task per accepted candidate); a smaller set buys more candidates for the same budget,
+    /// at the price of a noisier choice of winner, which the held-out comparison then checks.
+    #[serde(default)]
+    pub validation_sample: Option<usize>,
+}
+
+/// A fixed sample of `n` of `tasks` (id, owner tool), balanced across owners: each owner's tasks are ordered by a
+/// hash of the seed and their id, and the owners give one task in turn until `n` are taken. Returned in the
+/// order given. All of them when `n` covers them.
+pub fn stratified_sample(tasks: &[(String, Option<String>)], n: usize, seed: u64) -> Vec<String> {
+    if n >= tasks.len() {
+        return tasks.iter().map(|(id, _)| id.clone()).collect();
+    }
+    let mut groups: BTreeMap<Option<&str>, Vec<(Vec<u8>, usize)>> = BTreeMap::new();
+    for (i, (id, owner)) in tasks.iter().enumerate() {
+        let mut h = Sha256::new();
+        h.update(seed.to_le_bytes());
+        h.update(id.as_bytes());
+        groups
+            .entry(owner.as_deref())
+            .or_default()
+            .push((h.finalize().to_vec(), i));
+    }
+    for g in groups.values_mut() {
+        g.sort();
+        g.reverse();
+    }
+    let mut picked = Vec::with_capacity(n);
+    while picked.len() < n {
+        for g in groups.values_mut() {
+            if picked.len() < n
+                && let Some((_, i)) = g.pop()
+            {
+                picked.push(i);
+            }
+        }
+    }
+    picked.sort_unstable();
+    picked.into_iter().map(|i| tasks[i].0.clone()).collect()
 }
 
 /// Progress, as it happens. Stored as the run's events and handed to the caller's callback.
@@ -153,6 +194,10 @@ pub enum Event {
         metrics: Box<Metrics>,
         /// Rollouts spent so far (as the search counts them).
         rollouts_spent: u64,
+        /// Screened task evaluations spent so far (as the search counts them: a parent's screen is not counted
+        /// again). Absent from events stored before screening existed.
+        #[serde(default)]
+        screened_spent: u64,
     },
     /// The reflector is asked for a new description.
     Reflecting {
@@ -321,6 +366,9 @@ struct Ctx<'a> {
     started: Instant,
     elapsed_before_ms: u64,
     on_event: &'a (dyn Fn(&Event) + Send + Sync),
+    /// The search's screened evaluations, brought up to date before each action and counted up as its screens
+    /// finish, so progress events say both currencies as they happen.
+    screened_spent: std::sync::atomic::AtomicU64,
 }
 
 impl Ctx<'_> {
@@ -513,7 +561,10 @@ impl Ctx<'_> {
             .await?;
             for r in result.tasks {
                 // Only an exact screen is a pure function of its key; a sampled one is not kept.
-                if r.infra_failure.is_none() && r.routing_probability.is_some() {
+                if r.infra_failure.is_none()
+                    && r.routing_probability.is_some()
+                    && r.first_move_samples.is_none()
+                {
                     self.store
                         .cache_result(
                             &self.task_key("screen", &world, &r.task_id, 0),
@@ -540,6 +591,7 @@ impl Ctx<'_> {
         descriptions: &Descriptions,
         tasks: &[String],
         rollouts_spent: u64,
+        counted: bool,
     ) -> Result<Scores, DriverError> {
         self.emit(Event::Evaluating {
             candidate,
@@ -567,6 +619,14 @@ impl Ctx<'_> {
             mean: tooltune_optimizer::mean_over(&scores, tasks),
             metrics: Box::new(screen_metrics(&self.facts(&ordered)?)),
             rollouts_spent,
+            screened_spent: if counted {
+                self.screened_spent
+                    .fetch_add(tasks.len() as u64, std::sync::atomic::Ordering::Relaxed)
+                    + tasks.len() as u64
+            } else {
+                self.screened_spent
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            },
         })
         .await?;
         Ok(scores)
@@ -669,6 +729,9 @@ impl Ctx<'_> {
             mean,
             metrics: Box::new(Metrics::from_rollouts(&facts)),
             rollouts_spent: rollouts_spent + rollouts,
+            screened_spent: self
+                .screened_spent
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
         .await?;
         Ok((scores, rollouts))
@@ -696,6 +759,7 @@ impl Ctx<'_> {
                     descriptions,
                     tasks,
                     rollouts_spent,
+                    true,
                 )
                 .await?;
             return Ok(Observation::evaluated_by_screen(
@@ -762,6 +826,30 @@ impl Ctx<'_> {
         Ok(examples)
     }
 
+    /// Runs reflection requests together, decoded as one batch (see [`gather`]).
+    async fn reflect_wave(
+        &self,
+        requests: Vec<ReflectionRequest>,
+    ) -> Result<Vec<tooltune_reflection::Proposal>, DriverError> {
+        let gather = gather::Gather::new(self.models.reflector.as_ref(), requests.len());
+        let gather = &gather;
+        let runs = requests.iter().map(|req| async move {
+            let r = reflect(gather, req).await;
+            gather.leave().await;
+            r
+        });
+        let mut proposals = Vec::with_capacity(requests.len());
+        for r in futures::future::join_all(runs).await {
+            proposals.push(match r {
+                Ok(p) => p,
+                // A backend failure mid-way still yields the attempts made so far: recorded as a failed proposal.
+                Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
+                Err(e) => return Err(DriverError::Config(e.to_string())),
+            });
+        }
+        Ok(proposals)
+    }
+
     /// Asks the reflector for `k` new descriptions of `tool` (the first greedy, the others sampled), decoded
     /// together. Stored under (parent, tool, minibatch, k) before the search sees them, so a resumed run gets
     /// the same proposals back.
@@ -804,7 +892,11 @@ impl Ctx<'_> {
             .find(|t| t.name == tool)
             .map(|t| (*t.input_schema).clone())
             .unwrap_or_default();
-        let request = |i: usize| ReflectionRequest {
+        // With several proposals, each is asked once: a retry (the reply's fault named, a new reply decoded) costs
+        // a decode round as long as the first, and it was paid whenever any one of the k failed, which at the
+        // 1.5B's parse rate (about half) was nearly always; the screen needs only one usable proposal. Retries
+        // come back, for one proposal, only when the whole first wave failed.
+        let request = |i: usize, max_attempts: usize| ReflectionRequest {
             tool: tool.to_string(),
             current_description: current.to_string(),
             input_schema: schema.clone(),
@@ -818,27 +910,24 @@ impl Ctx<'_> {
                 seed: self.cfg.seed.wrapping_add(1000 * i as u64),
                 // The first proposal is the greedy one; the others are samples of the same prompt.
                 temperature: if i == 0 { 0.0 } else { 0.8 },
+                max_attempts,
                 ..ReflectionOptions::default()
             },
         };
-        let gather = gather::Gather::new(self.models.reflector.as_ref(), k);
-        let gather = &gather;
-        let runs = (0..k).map(|i| {
-            let req = request(i);
-            async move {
-                let r = reflect(gather, &req).await;
-                gather.leave().await;
-                r
-            }
-        });
-        let mut proposals = Vec::with_capacity(k);
-        for r in futures::future::join_all(runs).await {
-            proposals.push(match r {
-                Ok(p) => p,
-                // A backend failure mid-way still yields the attempts made so far: recorded as a failed proposal.
-                Err(tooltune_reflection::ReflectionError::Model { partial, .. }) => *partial,
-                Err(e) => return Err(DriverError::Config(e.to_string())),
-            });
+        let first_wave = if k == 1 {
+            ReflectionOptions::default().max_attempts
+        } else {
+            1
+        };
+        let mut proposals = self
+            .reflect_wave((0..k).map(|i| request(i, first_wave)).collect())
+            .await?;
+        if k > 1 && !proposals.iter().any(|p| p.succeeded()) {
+            // A fresh sample (not the greedy reply again) with its retries.
+            proposals.extend(
+                self.reflect_wave(vec![request(k, ReflectionOptions::default().max_attempts)])
+                    .await?,
+            );
         }
         let stored = if k == 1 {
             serde_json::to_string(&proposals[0])
@@ -874,7 +963,7 @@ impl Ctx<'_> {
         for (i, (c, d)) in candidates.iter().enumerate() {
             let phase = if i == 0 { "screen (parent)" } else { "screen" };
             let s = self
-                .screen_candidate(c.0, phase, d, tasks, rollouts_spent)
+                .screen_candidate(c.0, phase, d, tasks, rollouts_spent, i > 0)
                 .await?;
             scores.insert(*c, s);
         }
@@ -1190,6 +1279,7 @@ async fn drive_leased(
         started: Instant::now(),
         elapsed_before_ms,
         on_event,
+        screened_spent: Default::default(),
     };
     let mut search = match state {
         Some(s) => s,
@@ -1211,11 +1301,22 @@ async fn drive_leased(
             let ids = |split: Split| -> Vec<String> {
                 ctx.suite.split(split).map(|t| t.id.clone()).collect()
             };
+            let validation = match ctx.cfg.validation_sample {
+                Some(n) => {
+                    let tasks: Vec<(String, Option<String>)> = ctx
+                        .suite
+                        .split(Split::Validation)
+                        .map(|t| (t.id.clone(), t.owner.clone()))
+                        .collect();
+                    stratified_sample(&tasks, n.max(1), ctx.cfg.seed)
+                }
+                None => ids(Split::Validation),
+            };
             Search::new(
                 search_config(&ctx.cfg),
                 seed,
                 ids(Split::Train),
-                ids(Split::Validation),
+                validation,
                 ctx.cfg.seed,
             )?
         }
@@ -1267,6 +1368,10 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
         }
         let action = search.next();
         let spent = search.spent().rollouts;
+        ctx.screened_spent.store(
+            search.spent().screened,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let observation = match action {
             Action::Stop(reason) => {
                 ctx.emit(Event::Stopped {
@@ -1375,6 +1480,41 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_validation_sample_is_fixed_by_the_seed_balanced_across_owners_and_in_suite_order() {
+        let tasks: Vec<(String, Option<String>)> = (0..30)
+            .map(|i| {
+                let owner = match i % 3 {
+                    0 => Some("search_docs".to_string()),
+                    1 => Some("web_search".to_string()),
+                    _ => None,
+                };
+                (format!("t{i:02}"), owner)
+            })
+            .collect();
+        let a = stratified_sample(&tasks, 9, 0);
+        assert_eq!(a, stratified_sample(&tasks, 9, 0), "the same seed, the same sample");
+        assert_ne!(a, stratified_sample(&tasks, 9, 1), "another seed, another sample");
+        let mut sorted = a.clone();
+        sorted.sort();
+        assert_eq!(a, sorted, "in the suite's order");
+        for owner in [Some("search_docs"), Some("web_search"), None] {
+            let n = a
+                .iter()
+                .filter(|id| tasks.iter().any(|(t, o)| t == *id && o.as_deref() == owner))
+                .count();
+            assert_eq!(n, 3, "{owner:?}: {a:?}");
+        }
+        // A sample as large as the split is the split; an owner with few tasks gives what it has.
+        assert_eq!(stratified_sample(&tasks, 30, 0).len(), 30);
+        let lopsided: Vec<(String, Option<String>)> = (0..10)
+            .map(|i| (format!("u{i}"), Some(if i == 0 { "a" } else { "b" }.to_string())))
+            .collect();
+        let s = stratified_sample(&lopsided, 4, 0);
+        assert_eq!(s.len(), 4);
+        assert!(s.contains(&"u0".to_string()));
+    }
 
     #[test]
     fn a_rollout_key_changes_with_every_part_and_only_with_them() {

@@ -249,6 +249,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
         mean: test.winner.headline(objective).unwrap_or(0.0),
         metrics: Box::new(test.winner.clone()),
         rollouts_spent: spent,
+        screened_spent: search.spent().screened,
     })
     .await?;
 
