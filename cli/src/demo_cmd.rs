@@ -8,12 +8,12 @@
 
 use crate::optimize_cmd::{budgets_of, models, print_summary};
 use crate::progress::Pace;
-use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tooltune_driver::{RunConfig, RunSummary, StopSignal};
 use tooltune_objectives::Objective;
@@ -246,7 +246,10 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
             stop_file: None,
             screening: args.search.screening(objective),
             seed_overrides: args.search.seed_overrides()?,
-            validation_sample: args.search.validation_sample.or(Some(DEMO_VALIDATION_SAMPLE)),
+            validation_sample: args
+                .search
+                .validation_sample
+                .or(Some(DEMO_VALIDATION_SAMPLE)),
         };
         // The first run's estimate also counts the second run, so it is of the whole demo.
         let (bar, on_event) = crate::progress::printer(

@@ -220,7 +220,11 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
         "  routing               {} (first move = the task's owner, or no tool where none is needed)",
         rate(&r.routing)
     );
-    match (r.expected_routing, r.first_move_samples, r.expected_routing_interval) {
+    match (
+        r.expected_routing,
+        r.first_move_samples,
+        r.expected_routing_interval,
+    ) {
         (Some(e), Some(k), Some((lo, hi))) => println!(
             "  expected routing      {e:.3} [{lo:.3}, {hi:.3}] (estimated: {k} sampled first moves a task; the \
              backend cannot score exactly)"

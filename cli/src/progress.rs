@@ -27,7 +27,8 @@ impl Budgets {
     /// Share of the search done at these counts: the larger of the two budget fractions (the search stops on
     /// whichever is spent first), capped at 1. `None` without any budget.
     pub fn fraction(&self, rollouts: u64, screened: u64) -> Option<f64> {
-        let of = |spent: u64, max: Option<u64>| max.filter(|m| *m > 0).map(|m| spent as f64 / m as f64);
+        let of =
+            |spent: u64, max: Option<u64>| max.filter(|m| *m > 0).map(|m| spent as f64 / m as f64);
         match (of(rollouts, self.rollouts), of(screened, self.screened)) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0.0).max(b.unwrap_or(0.0)).min(1.0)),
@@ -64,7 +65,11 @@ impl Pace {
 pub enum Stage {
     /// Searching: this process has searched for `elapsed_s` and moved the search from `start` to `now` of its
     /// budgets (fractions from [`Budgets::fraction`]).
-    Search { elapsed_s: f64, start: f64, now: f64 },
+    Search {
+        elapsed_s: f64,
+        start: f64,
+        now: f64,
+    },
     /// The held-out comparison: the search took `search_s`; `done` held-out evaluations have finished.
     HeldOut { search_s: f64, done: u64 },
 }
@@ -359,7 +364,10 @@ mod tests {
             done: 1,
         };
         assert_eq!(seconds_left(held, &measured, 40, 0), Some(40.0));
-        assert_eq!(seconds_left(held, &measured, 40, 1), Some(40.0 + 400.0 + 80.0));
+        assert_eq!(
+            seconds_left(held, &measured, 40, 1),
+            Some(40.0 + 400.0 + 80.0)
+        );
     }
 
     #[test]

@@ -47,7 +47,8 @@ impl SearchArgs {
     /// a gate before rollouts for task success.
     pub fn screening(&self, objective: Objective) -> Option<Screening> {
         (!self.no_screen).then(|| {
-            let mut s = Screening::for_objective(objective != Objective::TaskSuccess, self.proposals);
+            let mut s =
+                Screening::for_objective(objective != Objective::TaskSuccess, self.proposals);
             s.margin = self.screen_margin;
             if self.screen_minibatch_only {
                 s.on_validation = false;

@@ -71,4 +71,3 @@ fn fmt_rate(r: &Rate) -> String {
         None => "- (n=0)".to_string(),
     }
 }
-

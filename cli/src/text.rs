@@ -4,7 +4,10 @@
 pub fn one_line(s: &str, max: usize) -> String {
     let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max.saturating_sub(1)).collect::<String>())
+        format!(
+            "{}…",
+            flat.chars().take(max.saturating_sub(1)).collect::<String>()
+        )
     } else {
         flat
     }

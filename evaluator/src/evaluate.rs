@@ -320,7 +320,8 @@ pub async fn evaluate(
                             if n > 1 {
                                 // Independent draws of the same first turn: the host's own setting is greedy.
                                 r.temperature = 1.0;
-                                r.seed = Some(opts.host.seed.unwrap_or(0).wrapping_add(u64::from(k)));
+                                r.seed =
+                                    Some(opts.host.seed.unwrap_or(0).wrapping_add(u64::from(k)));
                             }
                             reqs.push(r);
                         }
@@ -340,13 +341,10 @@ pub async fn evaluate(
                                 FirstMoves::new(&names, &m, chunk[i].owner.as_deref()),
                                 firsts.len() as u32,
                             )),
-                            None => Err(draws
-                                .iter()
-                                .find_map(|r| r.as_ref().err())
-                                .map_or_else(
-                                    || "no first move sampled".to_string(),
-                                    |e| format!("model backend: {e}"),
-                                )),
+                            None => Err(draws.iter().find_map(|r| r.as_ref().err()).map_or_else(
+                                || "no first move sampled".to_string(),
+                                |e| format!("model backend: {e}"),
+                            )),
                         };
                         sampled.insert(i, r);
                     }
@@ -447,7 +445,10 @@ fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> Ch
 /// answer without a tool). A call of a name the request did not offer counts as a call of none of
 /// the candidates, so the probabilities of the candidates and of not calling may sum to less than 1. `None`
 /// when nothing was sampled.
-pub fn estimate_first_move(names: &[String], firsts: &[Option<String>]) -> Option<tooltune_llm::FirstMove> {
+pub fn estimate_first_move(
+    names: &[String],
+    firsts: &[Option<String>],
+) -> Option<tooltune_llm::FirstMove> {
     if firsts.is_empty() {
         return None;
     }
@@ -456,7 +457,10 @@ pub fn estimate_first_move(names: &[String], firsts: &[Option<String>]) -> Optio
     let given_call = names
         .iter()
         .map(|n| {
-            let k = firsts.iter().filter(|f| f.as_deref() == Some(n.as_str())).count() as f64;
+            let k = firsts
+                .iter()
+                .filter(|f| f.as_deref() == Some(n.as_str()))
+                .count() as f64;
             if calls > 0.0 { k / calls } else { 0.0 }
         })
         .collect();
@@ -686,7 +690,8 @@ mod tests {
 
     #[test]
     fn a_call_of_an_unoffered_tool_is_no_candidate_and_nothing_sampled_is_no_estimate() {
-        let firsts = [Some("search_docs"), Some("made_up"), None, None].map(|f| f.map(String::from));
+        let firsts =
+            [Some("search_docs"), Some("made_up"), None, None].map(|f| f.map(String::from));
         let m = estimate_first_move(&names(), &firsts).expect("sampled");
         assert!((m.p_tool(0) - 0.25).abs() < 1e-12);
         assert!((m.p_tool(1)).abs() < 1e-12);

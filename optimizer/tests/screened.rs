@@ -294,11 +294,63 @@ fn a_gate_screens_its_minibatch_and_one_fixed_training_sample_never_validation()
             extras.push((tasks.len(), rest));
         }
     }
-    assert!(extras.len() >= 2, "too few screens to compare: {}", extras.len());
+    assert!(
+        extras.len() >= 2,
+        "too few screens to compare: {}",
+        extras.len()
+    );
     let union: BTreeSet<&TaskId> = extras.iter().flat_map(|(_, r)| r.iter().copied()).collect();
-    assert!(union.len() <= sample, "screened beyond one fixed sample: {union:?}");
+    assert!(
+        union.len() <= sample,
+        "screened beyond one fixed sample: {union:?}"
+    );
     for (n, _) in &extras {
-        assert!(*n >= sample && *n <= sample + minibatch, "{n} tasks screened");
+        assert!(
+            *n >= sample && *n <= sample + minibatch,
+            "{n} tasks screened"
+        );
     }
     assert!(s.spent().rollouts > 0);
+}
+
+mod pick_best_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a brute-force reading of the rule: the chosen proposal has the highest mean screen, no other
+        /// with that mean has a higher minibatch mean, and no earlier one ties it on both.
+        #[test]
+        fn pick_best_follows_its_rule(
+            grid in proptest::collection::vec(proptest::collection::vec(0u8..=4, 5), 1..6)
+        ) {
+            // Scores on a coarse grid (quarters), so ties happen often.
+            let tasks: Vec<TaskId> = (0..5).map(|i| format!("t{i}")).collect();
+            let minibatch: Vec<TaskId> = tasks[..2].to_vec();
+            let ids: Vec<CandidateId> = (1..=grid.len() as u32).map(CandidateId).collect();
+            let scores: BTreeMap<CandidateId, Scores> = ids
+                .iter()
+                .zip(&grid)
+                .map(|(c, row)| {
+                    (*c, tasks.iter().cloned().zip(row.iter().map(|v| f64::from(*v) / 4.0)).collect())
+                })
+                .collect();
+            let mean = |c: &CandidateId, over: &[TaskId]| {
+                over.iter().map(|t| scores[c][t]).sum::<f64>() / over.len() as f64
+            };
+            let (best, m) = pick_best(&ids, &scores, &tasks, &minibatch);
+            prop_assert!((m - mean(&best, &tasks)).abs() < 1e-12);
+            for (i, c) in ids.iter().enumerate() {
+                let (all, mb) = (mean(c, &tasks), mean(c, &minibatch));
+                prop_assert!(all <= m + 1e-12, "{c:?} has a higher mean");
+                if (all - m).abs() < 1e-12 {
+                    prop_assert!(mb <= mean(&best, &minibatch) + 1e-12, "{c:?} wins the tie");
+                    if (mb - mean(&best, &minibatch)).abs() < 1e-12 {
+                        let bi = ids.iter().position(|x| *x == best).expect("chosen");
+                        prop_assert!(bi <= i, "an earlier tie {c:?} was passed over");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -207,10 +207,9 @@ pub fn parse_reply(reply: &str, ctx: &ParseContext<'_>) -> ParsedReply {
         if l.label != Label::Description {
             continue;
         }
-        match check(
-            clean_description(section(i), ctx.tool, ctx.echo_markers),
-            ctx,
-        ) {
+        let cleaned = clean_description(section(i), ctx.tool, ctx.echo_markers);
+        let checked = check(cleaned.clone(), ctx).or_else(|r| salvage(&cleaned, r, ctx));
+        match checked {
             Ok(d) => {
                 return ParsedReply {
                     diagnosis,
@@ -229,6 +228,69 @@ pub fn parse_reply(reply: &str, ctx: &ParseContext<'_>) -> ParsedReply {
         diagnosis,
         description: Err(first_rejection.unwrap_or(Rejection::NoDescription)),
     }
+}
+
+/// A description that failed only in part keeps its good part: its quoted proposal when it announced one
+/// (`The description of X should be: «...»`, the closing marker often lost to the token limit), and otherwise its
+/// leading sentences up to the first one that talks about the runs or the description, without a last sentence
+/// left unfinished. Measured on the 1.5B reflector's replies in a demo: "The search_docs tool is designed to read
+/// the company's internal documentation ... It is not designed to search the web. The agent should use the
+/// web_search tool ..." was refused whole for its last sentence. The rest is checked again as a whole; nothing is
+/// rewritten, only cut.
+fn salvage(d: &str, rejection: Rejection, ctx: &ParseContext<'_>) -> Result<String, Rejection> {
+    if !matches!(
+        rejection,
+        Rejection::AboutTheRuns { .. } | Rejection::MetaCommentary | Rejection::Delimiters
+    ) {
+        return Err(rejection);
+    }
+    let inner = match d.find(OPEN) {
+        Some(start) => {
+            let rest = &d[start + OPEN.len()..];
+            rest.find(CLOSE).map_or(rest, |end| &rest[..end]).trim()
+        }
+        None => d,
+    };
+    let mut kept: Vec<&str> = Vec::new();
+    for sentence in sentences(inner) {
+        if about_the_runs().is_match(sentence) || meta_talk().is_match(sentence) {
+            break;
+        }
+        kept.push(sentence);
+    }
+    if kept
+        .last()
+        .is_some_and(|l| !l.trim_end().ends_with(['.', '!', '?', ')']))
+    {
+        kept.pop();
+    }
+    let rest = kept.join(" ");
+    if rest.chars().count() < 20 {
+        return Err(rejection);
+    }
+    check(rest, ctx).map_err(|_| rejection)
+}
+
+/// Sentences: each ends at `.`, `!` or `?` followed by white space (or at the end of the text).
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    for (i, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?') && bytes.get(i + 1).is_none_or(|b| b.is_ascii_whitespace())
+        {
+            let s = text[start..=i].trim();
+            if !s.is_empty() {
+                out.push(s);
+            }
+            start = i + 1;
+        }
+    }
+    let tail = text[start..].trim();
+    if !tail.is_empty() {
+        out.push(tail);
+    }
+    out
 }
 
 /// Trims markdown emphasis and list markers left around a section.
@@ -605,8 +667,43 @@ mod tests {
     }
 
     #[test]
+    fn a_description_keeps_its_sentences_before_the_first_about_the_runs() {
+        // A real 1.5B reply, refused whole before: the last sentence is a diagnosis.
+        let (_, d) = ok(
+            "DIAGNOSIS: it lost.\nDESCRIPTION: The search_docs tool is designed to read the company's internal documentation and provide information on specific topics. It is not designed to search the web or provide general information. The agent should use the web_search tool to search the web for information on the Ledgerline billing SDK rounding rule.",
+        );
+        assert_eq!(
+            d,
+            "The search_docs tool is designed to read the company's internal documentation and provide information on specific topics. It is not designed to search the web or provide general information."
+        );
+        // An announced proposal between the markers, cut by the token limit: its finished sentences.
+        let (_, d) = ok(
+            "DIAGNOSIS: it lost.\nDESCRIPTION: The description of search_docs should be: «Search the company's internal documentation on business processes, engineering guidelines and release processes. The agent should use it when needed. It should not be used for general web se",
+        );
+        assert_eq!(
+            d,
+            "Search the company's internal documentation on business processes, engineering guidelines and release processes."
+        );
+        // Nothing good before the first such sentence: still refused, for the same reason.
+        assert!(matches!(
+            parse("DIAGNOSIS: x\nDESCRIPTION: The agent should search the company's internal documentation for the specified query.").description,
+            Err(Rejection::AboutTheRuns { .. })
+        ));
+        // A salvaged text is checked again: the current description is still refused.
+        assert!(
+            parse(&format!(
+                "DIAGNOSIS: x\nDESCRIPTION: {CURRENT} The agent should have used it."
+            ))
+            .description
+            .is_err()
+        );
+    }
+
+    #[test]
     fn a_docstring_wrapper_is_removed_even_without_its_closing_half() {
-        let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: \"\"\" {GOOD} \"\"\""));
+        let (_, d) = ok(&format!(
+            "DIAGNOSIS: vague\nDESCRIPTION: \"\"\" {GOOD} \"\"\""
+        ));
         assert_eq!(d, GOOD);
         let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: \"\"\"{GOOD}"));
         assert_eq!(d, GOOD);

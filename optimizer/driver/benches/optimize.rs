@@ -134,7 +134,9 @@ async fn main() {
         stop_file: None,
         screening,
         seed_overrides: Default::default(),
-        validation_sample: std::env::var("TOOLTUNE_BENCH_VALIDATION").ok().and_then(|v| v.parse().ok()),
+        validation_sample: std::env::var("TOOLTUNE_BENCH_VALIDATION")
+            .ok()
+            .and_then(|v| v.parse().ok()),
     };
     println!(
         "{} on `{target}` of {} ({} tasks), model {which:?} as agent and reflector, budget {budget} rollouts, \

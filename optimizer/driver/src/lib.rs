@@ -288,9 +288,10 @@ fn simd_path() -> &'static str {
 pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: Option<u64>) -> String {
     let seed = seed.map_or_else(|| "greedy".to_string(), |s| s.to_string());
     let mut h = Sha256::new();
+    // Each part length-prefixed: with a separator byte, parts that contain it could run into each other.
     for part in [kind, world, task, &rollout.to_string(), &seed] {
+        h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
-        h.update([0u8]);
     }
     format!("{kind}-{}", hex::encode(h.finalize()))
 }
@@ -1494,8 +1495,16 @@ mod tests {
             })
             .collect();
         let a = stratified_sample(&tasks, 9, 0);
-        assert_eq!(a, stratified_sample(&tasks, 9, 0), "the same seed, the same sample");
-        assert_ne!(a, stratified_sample(&tasks, 9, 1), "another seed, another sample");
+        assert_eq!(
+            a,
+            stratified_sample(&tasks, 9, 0),
+            "the same seed, the same sample"
+        );
+        assert_ne!(
+            a,
+            stratified_sample(&tasks, 9, 1),
+            "another seed, another sample"
+        );
         let mut sorted = a.clone();
         sorted.sort();
         assert_eq!(a, sorted, "in the suite's order");
@@ -1509,7 +1518,12 @@ mod tests {
         // A sample as large as the split is the split; an owner with few tasks gives what it has.
         assert_eq!(stratified_sample(&tasks, 30, 0).len(), 30);
         let lopsided: Vec<(String, Option<String>)> = (0..10)
-            .map(|i| (format!("u{i}"), Some(if i == 0 { "a" } else { "b" }.to_string())))
+            .map(|i| {
+                (
+                    format!("u{i}"),
+                    Some(if i == 0 { "a" } else { "b" }.to_string()),
+                )
+            })
             .collect();
         let s = stratified_sample(&lopsided, 4, 0);
         assert_eq!(s.len(), 4);
