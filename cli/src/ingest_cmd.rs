@@ -1,24 +1,32 @@
-//! `tooltune ingest`: store trajectories from trace files, each file all-or-nothing unless `--skip-invalid`.
+//! `tooltune ingest`: store trajectories from trace files (or standard input), each file all-or-nothing unless
+//! `--skip-invalid`.
 
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tooltune_ingest::{ChunkReader, FormatChoice, ReadOptions};
+use tooltune_ingest::{ChunkReader, FormatChoice, ReadOptions, Shape};
 use tooltune_store::{ImportOptions, ImportReport, SkippedRecord, Store, StoreError};
 
 /// Arguments of `tooltune ingest`.
 #[derive(Debug, Args)]
 pub struct IngestArgs {
-    /// Trace files to ingest. Each is stored whole or not at all.
+    /// Trace files to ingest; `-` reads standard input. Each is stored whole or not at all. `.gz` and `.zst` files
+    /// (or input starting like them) are decompressed.
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// The files' format: auto, tooltune, openai, langfuse or otel.
     #[arg(long, default_value = "auto")]
     format: String,
+    /// How records are laid out: auto (detected from the first bytes), jsonl (one per line), document (one JSON
+    /// value, or several one after another), array (a top-level JSON array) or page (`{"data": [...], ...}`, as
+    /// Langfuse's public API returns).
+    #[arg(long, default_value = "auto")]
+    shape: String,
     /// Store the valid records of a file that has invalid ones, and list every skipped record.
     #[arg(long)]
     skip_invalid: bool,
@@ -34,6 +42,9 @@ pub struct IngestArgs {
 struct FileOutcome {
     file: String,
     ok: bool,
+    /// The shape read (detected or given), once the input could be opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shape: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     report: Option<ImportReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,14 +59,24 @@ pub async fn run(db: &str, args: IngestArgs) -> Result<ExitCode> {
         .format
         .parse()
         .with_context(|| format!("--format {}", args.format))?;
+    let shape: Shape = args
+        .shape
+        .parse()
+        .with_context(|| format!("--shape {}", args.shape))?;
     let store = Store::open(db).await?;
     let opts = ReadOptions {
         max_record_bytes: args.max_record_mib.saturating_mul(1 << 20),
+        shape,
         ..ReadOptions::default()
     };
     let mut outcomes = Vec::new();
     for file in &args.files {
-        let name = file.display().to_string();
+        let stdin = file.as_os_str() == "-";
+        let name = if stdin {
+            "stdin".to_string()
+        } else {
+            file.display().to_string()
+        };
         let started = Instant::now();
         let bar = ProgressBar::new_spinner();
         bar.set_style(
@@ -64,7 +85,19 @@ pub async fn run(db: &str, args: IngestArgs) -> Result<ExitCode> {
         );
         bar.enable_steady_tick(Duration::from_millis(120));
         bar.set_message(format!("{name}: reading"));
-        let result = match ChunkReader::open(file, choice, opts) {
+        let opened = if stdin {
+            // Standard input is read as a file is, in large reads, and decompressed when it starts like gzip or zstd.
+            ChunkReader::decompressing(
+                BufReader::with_capacity(1 << 20, std::io::stdin()),
+                &name,
+                choice,
+                opts,
+            )
+        } else {
+            ChunkReader::open(file, choice, opts)
+        };
+        let shape_read = opened.as_ref().ok().map(|r| r.shape().to_string());
+        let result = match opened {
             Ok(reader) => {
                 let bar2 = bar.clone();
                 let name2 = name.clone();
@@ -87,6 +120,7 @@ pub async fn run(db: &str, args: IngestArgs) -> Result<ExitCode> {
             Ok(report) => FileOutcome {
                 file: name,
                 ok: true,
+                shape: shape_read,
                 report: Some(report),
                 error: None,
                 invalid: vec![],
@@ -99,15 +133,17 @@ pub async fn run(db: &str, args: IngestArgs) -> Result<ExitCode> {
                 )),
                 file: name,
                 ok: false,
+                shape: shape_read,
                 report: None,
                 invalid: errors,
                 seconds,
             },
             Err(e) => FileOutcome {
+                error: Some(e.to_string()),
                 file: name,
                 ok: false,
+                shape: shape_read,
                 report: None,
-                error: Some(e.to_string()),
                 invalid: vec![],
                 seconds,
             },
@@ -144,9 +180,10 @@ fn print_outcome(o: &FileOutcome) {
                 0.0
             };
             println!(
-                "{}: {} format, {} records: {} added, {} already present, {} skipped ({:.1} s, {:.0} records/s)",
+                "{}: {} format ({}), {} records: {} added, {} already present, {} skipped ({:.1} s, {:.0} records/s)",
                 o.file,
                 r.format.as_deref().unwrap_or("?"),
+                o.shape.as_deref().unwrap_or("?"),
                 r.records,
                 r.added,
                 r.already_present,
@@ -158,6 +195,8 @@ fn print_outcome(o: &FileOutcome) {
                 println!("  skipped {}:{}: {}", o.file, s.line, s.message);
             }
         }
+        // An error of the read names the file itself (`traces.json:3:5: data[17]: ...`).
+        (None, Some(e)) if e.starts_with(&o.file) => eprintln!("error: {e}"),
         (None, Some(e)) => {
             eprintln!("error: {}: {e}", o.file);
             for s in &o.invalid {

@@ -226,3 +226,299 @@ fn stats_into_a_closed_pipe_ends_quietly() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// A fixture of `ingest/tests/fixtures/shapes`: the records of a format's JSON Lines fixture, laid out otherwise.
+fn shaped(name: &str) -> PathBuf {
+    fixtures().join("shapes").join(name)
+}
+
+/// Ingests `file` (with `extra` arguments) into `db`: it must be read in `shape` as `format` and add `n`
+/// trajectories; then the format's JSON Lines fixture must find all `n` already present, which holds only if
+/// both gave the same trajectory ids.
+fn check_same_as_jsonl(db: &str, file: &Path, extra: &[&str], shape: &str, format: &str, n: u64) {
+    let mut args = vec!["ingest", "--json"];
+    args.extend_from_slice(extra);
+    args.push(file.to_str().expect("utf-8 path"));
+    let o = tooltune(db, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = stdout_json(&o);
+    let f = &j["files"][0];
+    assert_eq!(f["shape"], shape, "{j}");
+    assert_eq!(f["report"]["format"], format, "{j}");
+    assert_eq!(f["report"]["added"], n, "{j}");
+    let jsonl = fixtures().join(format!("{format}.jsonl"));
+    let j = stdout_json(&tooltune(
+        db,
+        &["ingest", "--json", jsonl.to_str().expect("utf-8 path")],
+    ));
+    assert_eq!(j["files"][0]["report"]["already_present"], n, "{j}");
+}
+
+fn fresh_db(dir: &Path, name: &str) -> String {
+    dir.join(format!("{name}.sqlite")).display().to_string()
+}
+
+#[test]
+fn cli_reads_a_document_of_one_record_or_several() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One pretty-printed record: the first of the JSON Lines form.
+    let db = fresh_db(dir.path(), "one");
+    check_same_as_jsonl(
+        &db,
+        &shaped("tooltune.document.json"),
+        &[],
+        "document",
+        "tooltune",
+        1,
+    );
+    // One OTLP request holding every span.
+    let db = fresh_db(dir.path(), "otel");
+    check_same_as_jsonl(
+        &db,
+        &shaped("otel.document.json"),
+        &[],
+        "document",
+        "otel",
+        3,
+    );
+    // Several pretty-printed records one after another.
+    let db = fresh_db(dir.path(), "pretty");
+    check_same_as_jsonl(
+        &db,
+        &shaped("openai.pretty.json"),
+        &[],
+        "document",
+        "openai",
+        3,
+    );
+}
+
+#[test]
+fn cli_reads_concatenated_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for format in FORMATS {
+        let db = fresh_db(dir.path(), format);
+        let file = shaped(&format!("{format}.concatenated.json"));
+        check_same_as_jsonl(&db, &file, &[], "document", format, 3);
+    }
+}
+
+#[test]
+fn cli_reads_a_top_level_array() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for format in FORMATS {
+        let db = fresh_db(dir.path(), format);
+        let file = shaped(&format!("{format}.array.json"));
+        check_same_as_jsonl(&db, &file, &[], "array", format, 3);
+    }
+    // `--shape` and `--format` named instead of detected.
+    let db = fresh_db(dir.path(), "named");
+    let file = shaped("langfuse.array.json");
+    check_same_as_jsonl(
+        &db,
+        &file,
+        &["--shape", "array", "--format", "langfuse"],
+        "array",
+        "langfuse",
+        3,
+    );
+}
+
+#[test]
+fn cli_reads_langfuse_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fresh_db(dir.path(), "page");
+    check_same_as_jsonl(
+        &db,
+        &shaped("langfuse.page.json"),
+        &[],
+        "page",
+        "langfuse",
+        3,
+    );
+    // Two pages one after another, as a loop over `?page=N` appends them.
+    let db = fresh_db(dir.path(), "pages");
+    check_same_as_jsonl(
+        &db,
+        &shaped("langfuse.pages.json"),
+        &[],
+        "page",
+        "langfuse",
+        3,
+    );
+}
+
+#[test]
+fn cli_reads_gzip_and_zstd() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fresh_db(dir.path(), "gz");
+    check_same_as_jsonl(
+        &db,
+        &shaped("langfuse.jsonl.gz"),
+        &[],
+        "jsonl",
+        "langfuse",
+        3,
+    );
+    let db = fresh_db(dir.path(), "zst");
+    check_same_as_jsonl(&db, &shaped("otel.array.json.zst"), &[], "array", "otel", 3);
+}
+
+#[test]
+fn cli_reads_standard_input() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A page piped in as `curl ... | tooltune ingest --format langfuse -` would, then a gzip file piped in.
+    for (i, (file, shape, format)) in [
+        ("langfuse.page.json", "page", "langfuse"),
+        ("tooltune.array.json.gz", "array", "tooltune"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let db = fresh_db(dir.path(), &format!("stdin{i}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tooltune"))
+            .args([
+                "--database-url",
+                &db,
+                "ingest",
+                "--json",
+                "--format",
+                format,
+                "-",
+            ])
+            .env_remove("TOOLTUNE_DATABASE_URL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tooltune");
+        let bytes = std::fs::read(shaped(file)).expect("fixture");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&bytes)
+            .expect("write stdin");
+        let o = child.wait_with_output().expect("wait");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = stdout_json(&o);
+        assert_eq!(j["files"][0]["file"], "stdin", "{j}");
+        assert_eq!(j["files"][0]["shape"], shape, "{j}");
+        assert_eq!(j["files"][0]["report"]["added"], 3, "{j}");
+        let jsonl = fixtures().join(format!("{format}.jsonl"));
+        let j = stdout_json(&tooltune(
+            &db,
+            &["ingest", "--json", jsonl.to_str().expect("utf-8 path")],
+        ));
+        assert_eq!(j["files"][0]["report"]["already_present"], 3, "{j}");
+    }
+}
+
+#[test]
+fn cli_refuses_broken_shapes_naming_the_place_and_stores_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fresh_db(dir.path(), "broken");
+    let seed = fixtures().join("openai.jsonl");
+    let o = tooltune(&db, &["ingest", seed.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = stdout_json(&tooltune(&db, &["traces", "stats", "--json"]));
+
+    let array = std::fs::read_to_string(shaped("tooltune.array.json")).expect("fixture");
+    let truncated = dir.path().join("truncated.json");
+    std::fs::write(&truncated, &array[..array.len() - 200]).expect("write");
+    let page = dir.path().join("page.json");
+    std::fs::write(
+        &page,
+        "{\"data\": {\"id\": \"t\"}, \"meta\": {\"page\": 1}}",
+    )
+    .expect("write");
+    let gz = std::fs::read(shaped("langfuse.jsonl.gz")).expect("fixture");
+    let cut = dir.path().join("cut.jsonl.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 2]).expect("write");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "\n").expect("write");
+
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let cases: [(String, Vec<&str>, &str); 4] = [
+        (path(&truncated), vec![], "truncated.json:"),
+        (
+            path(&page),
+            vec![],
+            "page.json:1:10: data: the page's `data` is not a list",
+        ),
+        (path(&cut), vec![], "cut.jsonl.gz:"),
+        (
+            path(&empty),
+            vec!["--shape", "document"],
+            "empty.json:2:1: the input holds no JSON value (an empty document",
+        ),
+    ];
+    let details = ["[2]: the input ends inside this value", "", "gzip data", ""];
+    for ((file, extra, place), detail) in cases.iter().zip(details) {
+        // Refused alike with and without --skip-invalid: no record after a break in the structure can be found.
+        for skip in [false, true] {
+            let mut args = vec!["ingest"];
+            args.extend(extra.iter().copied());
+            if skip {
+                args.push("--skip-invalid");
+            }
+            args.push(file);
+            let o = tooltune(&db, &args);
+            assert!(!o.status.success(), "{file} was accepted");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains(place), "{file}: {err}");
+            assert!(err.contains(detail), "{file}: {err}");
+            // The file is named once, not twice over.
+            assert_eq!(err.matches(file.as_str()).count(), 1, "{err}");
+            let after = stdout_json(&tooltune(&db, &["traces", "stats", "--json"]));
+            assert_eq!(before, after, "{file} changed the store");
+        }
+    }
+}
+
+#[test]
+fn cli_skips_or_refuses_a_bad_record_of_an_array_as_of_a_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = fresh_db(dir.path(), "skip");
+    // The pretty array fixture with its second record's first step made unreadable.
+    let array = std::fs::read_to_string(shaped("tooltune.array.json")).expect("fixture");
+    let mut v: Value = serde_json::from_str(&array).expect("json");
+    v[1]["steps"][0]["type"] = "robot".into();
+    let text = serde_json::to_string_pretty(&v).expect("json");
+    let line = 1 + text[..text.find("\"robot\"").expect("bad value")]
+        .rfind("\n  {")
+        .map_or(0, |at| text[..at + 1].matches('\n').count());
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, &text).expect("write");
+    let before = stdout_json(&tooltune(&db, &["traces", "stats", "--json"]));
+
+    let o = tooltune(&db, &["ingest", bad.to_str().expect("utf-8 path")]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("bad.json:{line}: column 3, [1].steps[0]")),
+        "line {line}: {err}"
+    );
+    assert!(err.contains("nothing of this file was stored"), "{err}");
+    let after = stdout_json(&tooltune(&db, &["traces", "stats", "--json"]));
+    assert_eq!(before, after, "a rejected file changed the store");
+
+    let o = tooltune(
+        &db,
+        &[
+            "ingest",
+            "--skip-invalid",
+            "--json",
+            bad.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = stdout_json(&o);
+    let report = &j["files"][0]["report"];
+    assert_eq!(report["added"], 2, "{j}");
+    assert_eq!(report["skipped"][0]["line"], line as u64, "{j}");
+    let message = report["skipped"][0]["message"].as_str().expect("message");
+    assert!(message.starts_with("column 3, [1].steps[0]"), "{message}");
+}

@@ -23,16 +23,16 @@ pub(crate) fn from_json<'a, T: Deserialize<'a>>(
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        RecordError::new(line, (path != ".").then_some(path), json_message(&inner))
+        RecordError::new(line, (path != ".").then_some(path), record_message(&inner))
     })?;
     // A record is one JSON value per line; anything after it is a sign of two records glued together.
     de.end()
-        .map_err(|e| RecordError::new(line, None, json_message(&e)))?;
+        .map_err(|e| RecordError::new(line, None, record_message(&e)))?;
     Ok(value)
 }
 
 /// Decodes `raw`, the JSON of the record field `field` (a slice of the record `text`, kept raw by the first pass),
-/// with errors that carry the path and the column in the whole record, as if the record had been decoded in one
+/// with errors that carry the path and the position in the whole record, as if the record had been decoded in one
 /// piece.
 pub(crate) fn decode_at<'a, T: Deserialize<'a>>(
     text: &str,
@@ -47,13 +47,20 @@ pub(crate) fn decode_at<'a, T: Deserialize<'a>>(
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        // serde_json counts columns from 1 within `raw`; `raw` starts `offset` bytes into the record.
+        // serde_json counts lines and columns from 1 within `raw`; `raw` starts `offset` bytes into the record.
         let offset = raw.as_ptr() as usize - text.as_ptr() as usize;
-        let message = match json_message(&inner).rsplit_once(" (column ") {
-            Some((m, _)) if inner.line() == 1 => {
-                format!("{m} (column {})", inner.column() + offset)
-            }
-            _ => json_message(&inner),
+        let message = if inner.line() == 0 {
+            inner.to_string()
+        } else {
+            let before = &text.as_bytes()[..offset];
+            let lines_before = memchr::memchr_iter(b'\n', before).count();
+            let (l, c) = if inner.line() == 1 {
+                let line_start = memchr::memrchr(b'\n', before).map_or(0, |nl| nl + 1);
+                (1 + lines_before, offset - line_start + inner.column())
+            } else {
+                (lines_before + inner.line(), inner.column())
+            };
+            format!("{}{}", bare_message(&inner), position(l as u64, c as u64))
         };
         let at = if path == "." {
             field.to_string()
@@ -68,7 +75,8 @@ pub(crate) fn decode_at<'a, T: Deserialize<'a>>(
 }
 
 /// serde_json's message with its "at line 1 column N" turned into "(column N)": every record is one line, so
-/// the line is ours to report and only the column tells the reader anything.
+/// the line is ours to report and only the column tells the reader anything. For JSON that is not a whole record
+/// (a payload held in a string); a record's own errors go through [`record_message`].
 pub(crate) fn json_message(e: &serde_json::Error) -> String {
     let s = e.to_string();
     if e.line() == 0 {
@@ -78,6 +86,56 @@ pub(crate) fn json_message(e: &serde_json::Error) -> String {
     match s.strip_suffix(&suffix) {
         Some(m) => format!("{m} (column {})", e.column()),
         None => s,
+    }
+}
+
+/// serde_json's message without its " at line L column C".
+fn bare_message(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match s.strip_suffix(&suffix) {
+        Some(m) => m.to_string(),
+        None => s,
+    }
+}
+
+/// An error of a record's JSON: serde_json's message and its position as [`position`] writes it.
+fn record_message(e: &serde_json::Error) -> String {
+    if e.line() == 0 {
+        return e.to_string();
+    }
+    format!(
+        "{}{}",
+        bare_message(e),
+        position(e.line() as u64, e.column() as u64)
+    )
+}
+
+thread_local! {
+    /// Where the record being parsed on this thread starts in its input (line, column), when it does not start a
+    /// line of its own; see [`with_origin`].
+    static ORIGIN: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (the parse of one record) with positions in the record's errors reported in its input: the record
+/// starts at `origin` (line, column) there. Without an origin a position is the column in the record's line, which
+/// in JSON Lines is the input's line. The parsers keep their signatures; only the few places that write a position
+/// read the origin.
+pub(crate) fn with_origin<T>(origin: Option<(u64, u64)>, f: impl FnOnce() -> T) -> T {
+    let before = ORIGIN.with(|o| o.replace(origin));
+    let out = f();
+    ORIGIN.with(|o| o.set(before));
+    out
+}
+
+/// ` (column C)` for a position on the record's first line in JSON Lines; ` (line L, column C)` in the input for a
+/// record with an origin, or on a later line of a record.
+fn position(line: u64, column: u64) -> String {
+    match ORIGIN.with(|o| o.get()) {
+        None if line == 1 => format!(" (column {column})"),
+        None => format!(" (line {line} of the record, column {column})"),
+        Some((l0, c0)) if line == 1 => format!(" (line {l0}, column {})", c0 + column - 1),
+        Some((l0, _)) => format!(" (line {}, column {column})", l0 + line - 1),
     }
 }
 
@@ -437,6 +495,40 @@ mod tests {
     fn json_message_replaces_line_with_column() {
         let e = serde_json::from_str::<Value>("{\"a\": ").expect_err("truncated");
         assert_eq!(json_message(&e), "EOF while parsing a value (column 6)");
+    }
+
+    #[test]
+    fn a_record_with_an_origin_reports_positions_in_its_input() {
+        // A pretty-printed record starting at line 10, column 3 of its file; the bad value is on its third line.
+        let text = "{\n  \"a\": 1,\n  \"b\": 1x\n}";
+        let serde = serde_json::from_str::<Value>(text).expect_err("bad number");
+        assert_eq!(serde.line(), 3);
+        let col = serde.column();
+        let e = from_json::<Value>(text, 10).expect_err("bad number");
+        assert!(
+            e.message
+                .ends_with(&format!("(line 3 of the record, column {col})")),
+            "{e}"
+        );
+        let e = with_origin(Some((10, 3)), || from_json::<Value>(text, 10)).expect_err("bad");
+        assert!(
+            e.message.ends_with(&format!("(line 12, column {col})")),
+            "{e}"
+        );
+        // On the record's first line the column is shifted by where the record starts.
+        let one = "{\"a\": x}";
+        let col = serde_json::from_str::<Value>(one)
+            .expect_err("bad")
+            .column();
+        let e = with_origin(Some((4, 7)), || from_json::<Value>(one, 4)).expect_err("bad");
+        assert!(
+            e.message
+                .ends_with(&format!("(line 4, column {})", col + 6)),
+            "{e}"
+        );
+        // The origin is the parse's only: afterwards positions are columns again.
+        let e = from_json::<Value>(one, 4).expect_err("bad");
+        assert!(e.message.ends_with(&format!("(column {col})")), "{e}");
     }
 
     #[test]

@@ -428,6 +428,24 @@ pub(crate) struct LineOut<T> {
     result: Result<Vec<LineTrace<T>>, RecordError>,
 }
 
+impl<T> LineOut<T> {
+    /// The record's errors (and those of the traces built from it alone) with its place in a document, an array
+    /// or a page added.
+    pub(crate) fn placed(mut self, place: crate::shape::Place) -> Self {
+        match &mut self.result {
+            Err(e) => *e = place.apply(std::mem::replace(e, RecordError::new(0, None, ""))),
+            Ok(traces) => {
+                for t in traces {
+                    if let Some(Err(e)) = &mut t.built {
+                        *e = place.apply(std::mem::replace(e, RecordError::new(0, None, "")));
+                    }
+                }
+            }
+        }
+        self
+    }
+}
+
 /// The spans of one trace in one line.
 struct LineTrace<T> {
     trace_id: String,

@@ -1,11 +1,16 @@
-//! [`ChunkReader`]: sequential line splitting into bounded chunks, parallel parsing of each chunk.
+//! [`ChunkReader`]: sequential splitting of the input into bounded chunks of records (lines, or the values of a
+//! document, an array or a page), parallel parsing of each chunk.
 
-use crate::{Format, FormatChoice, IngestError, Parsed, ReadOptions, RecordError};
-use crate::{detect, langfuse, openai, otel, tooltune};
+use crate::common::with_origin;
+use crate::input::{Prefixed, decompressed};
+use crate::shape::{Place, Splitter, Step};
+use crate::{Format, FormatChoice, IngestError, Parsed, ReadOptions, RecordError, Shape};
+use crate::{detect, langfuse, openai, otel, shape, tooltune};
 use memchr::memchr;
 use rayon::prelude::*;
+use serde::Deserialize;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::ops::Range;
 use std::path::Path;
 use tooltune_core::Trajectory;
@@ -21,6 +26,8 @@ enum RawKind {
 struct RawRec {
     line: u64,
     kind: RawKind,
+    /// Where the record lies in a document, an array or a page; `None` for a line of JSON Lines.
+    place: Option<Place>,
 }
 
 /// Raw lines of one chunk: their bytes back to back and where each one lies.
@@ -32,7 +39,8 @@ struct RawChunk {
     last: bool,
 }
 
-/// The sequential half of a read: splitting the input into lines.
+/// The sequential half of a read: splitting the input into lines, or (with a splitter) into the records of a
+/// document, an array or a page.
 struct Lines<R> {
     reader: R,
     source_name: String,
@@ -46,16 +54,23 @@ struct Lines<R> {
     pending: Vec<u8>,
     /// Bytes asked of the reader at a time ([`READ_BYTES`]; tests ask for few, to cut lines anywhere).
     read_bytes: usize,
+    /// For a shape other than JSON Lines: where the records are.
+    split: Option<Splitter>,
+    /// Input offset of the first byte of the chunk being filled (of `pending`, between fills); the splitter's
+    /// positions are counted in input offsets.
+    base: u64,
 }
 
 /// Reads trace records from a file or any buffered reader, a chunk at a time.
 ///
-/// While one chunk is parsed, the raw lines of the next are read on another thread: reading is sequential, and
+/// While one chunk is parsed, the raw records of the next are read on another thread: reading is sequential, and
 /// done between parses it left a core idle for a tenth of an ingest. Memory is bounded by two chunks
-/// (`chunk_records` lines or `chunk_bytes` bytes each, whichever comes first) plus, for OTLP input, the spans of
-/// traces whose root span has not arrived yet.
+/// (`chunk_records` records or `chunk_bytes` bytes each, whichever comes first; a chunk holds at least one whole
+/// record) plus, for OTLP input, the spans of traces whose root span has not arrived yet. That holds for every
+/// [`Shape`]: the records of an array or a page are delimited in the bytes read, never built into one value.
 pub struct ChunkReader<R: BufRead + Send> {
-    lines: Lines<R>,
+    lines: Lines<Prefixed<R>>,
+    shape: Shape,
     format: Option<Format>,
     done: bool,
     /// The chunk read ahead while the previous one was parsed, or the read failure to report next.
@@ -65,22 +80,36 @@ pub struct ChunkReader<R: BufRead + Send> {
     otel: otel::Assembler,
 }
 
-impl ChunkReader<BufReader<File>> {
-    /// Opens a file and detects (or takes) its format.
+impl ChunkReader<Box<dyn BufRead + Send>> {
+    /// Opens a file, decompressing it when it is gzip or zstd (by its extension, `.gz` or `.zst`, and by its first
+    /// bytes), and detects (or takes) its shape and format.
     pub fn open(path: &Path, choice: FormatChoice, opts: ReadOptions) -> Result<Self, IngestError> {
         let name = path.display().to_string();
         let file = File::open(path).map_err(|source| IngestError::Io {
             source_name: name.clone(),
+            line: None,
             source,
         })?;
         // Large reads amortise the syscall cost; lines are split out of this buffer without copying twice.
-        ChunkReader::new(BufReader::with_capacity(1 << 20, file), &name, choice, opts)
+        ChunkReader::decompressing(BufReader::with_capacity(1 << 20, file), &name, choice, opts)
+    }
+
+    /// [`new`](ChunkReader::new) for a reader that may be gzip or zstd (standard input, an HTTP body): it is
+    /// decompressed when its first bytes say so, or when `source_name` ends in `.gz` or `.zst`.
+    pub fn decompressing(
+        reader: impl BufRead + Send + 'static,
+        source_name: &str,
+        choice: FormatChoice,
+        opts: ReadOptions,
+    ) -> Result<Self, IngestError> {
+        let input = decompressed(reader, source_name)?;
+        ChunkReader::new(input, source_name, choice, opts)
     }
 }
 
 impl<R: BufRead + Send> ChunkReader<R> {
-    /// Wraps a reader (an HTTP body, a decompressor, ...) and detects (or takes) its format, reading at most the
-    /// first non-blank record. `source_name` is used in errors.
+    /// Wraps a reader (an HTTP body, a decompressor, ...) and detects (or takes) its shape and format, reading at
+    /// most the first record (for JSON Lines) or the first chunk of records. `source_name` is used in errors.
     pub fn new(
         reader: R,
         source_name: &str,
@@ -91,10 +120,20 @@ impl<R: BufRead + Send> ChunkReader<R> {
             max_record_bytes: opts.max_record_bytes.max(1),
             chunk_records: opts.chunk_records.max(1),
             chunk_bytes: opts.chunk_bytes.max(1),
+            shape: opts.shape,
+        };
+        let mut input = Prefixed::new(reader);
+        let shape = match opts.shape {
+            Shape::Auto => detect_shape(&mut input, &opts).map_err(|source| IngestError::Io {
+                source_name: source_name.to_string(),
+                line: Some(1),
+                source,
+            })?,
+            shape => shape,
         };
         let mut r = ChunkReader {
             lines: Lines {
-                reader,
+                reader: input,
                 source_name: source_name.to_string(),
                 opts,
                 next_line: 1,
@@ -102,41 +141,78 @@ impl<R: BufRead + Send> ChunkReader<R> {
                 first: None,
                 pending: Vec::new(),
                 read_bytes: READ_BYTES,
+                split: (shape != Shape::Jsonl).then(|| Splitter::new(shape)),
+                base: 0,
             },
+            shape,
             format: None,
             done: false,
             ahead: None,
             spare: RawChunk::default(),
             otel: otel::Assembler::default(),
         };
+        if shape != Shape::Jsonl {
+            // The first chunk is read now, to detect the format from its first record; it is the first to be
+            // parsed. A chunk without records (only a page's other members so far) is not kept.
+            let mut chunk = RawChunk::default();
+            loop {
+                r.lines.fill(&mut chunk)?;
+                if !chunk.recs.is_empty() || chunk.last {
+                    break;
+                }
+            }
+            let Some(first) = chunk.recs.first() else {
+                r.done = true;
+                return Ok(r);
+            };
+            r.format = Some(r.format_of(choice, first, &chunk.data)?);
+            r.ahead = Some(Ok(chunk));
+            return Ok(r);
+        }
         let mut buf = Vec::new();
         let Some(first) = r.lines.read_record(&mut buf)? else {
             r.done = true;
             return Ok(r);
         };
-        r.format = Some(match choice {
-            FormatChoice::Fixed(f) => f,
-            FormatChoice::Auto => {
-                let detected = match &first.kind {
-                    RawKind::Data(range) => detect::detect(first.line, &buf[range.clone()]),
-                    RawKind::Oversize(n) => Err(format!(
-                        "the first record (line {}) is {n} bytes, over the limit of {} bytes",
-                        first.line, r.lines.opts.max_record_bytes
-                    )),
-                };
-                detected.map_err(|reason| IngestError::UnknownFormat {
-                    source_name: r.lines.source_name.clone(),
-                    reason,
-                })?
-            }
-        });
+        r.format = Some(r.format_of(choice, &first, &buf)?);
         r.lines.first = Some((first, buf));
         Ok(r)
     }
 
-    /// The format being read; `None` only for an empty input (no non-blank line).
+    /// The format chosen, or detected from the first record (`data` holds its bytes).
+    fn format_of(
+        &self,
+        choice: FormatChoice,
+        first: &RawRec,
+        data: &[u8],
+    ) -> Result<Format, IngestError> {
+        match choice {
+            FormatChoice::Fixed(f) => Ok(f),
+            FormatChoice::Auto => {
+                let detected = match &first.kind {
+                    RawKind::Data(range) => detect::detect(first.line, &data[range.clone()]),
+                    RawKind::Oversize(n) => Err(format!(
+                        "the first record (line {}) is {n} bytes, over the limit of {} bytes",
+                        first.line, self.lines.opts.max_record_bytes
+                    )),
+                };
+                detected.map_err(|reason| IngestError::UnknownFormat {
+                    source_name: self.lines.source_name.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// The format being read; `None` only for an empty input (no record).
     pub fn format(&self) -> Option<Format> {
         self.format
+    }
+
+    /// The shape being read: the one asked for, or the one detected (never [`Shape::Auto`]; an empty input reads
+    /// as JSON Lines).
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     /// The name given for the input, as used in errors.
@@ -224,9 +300,15 @@ where
                 .par_iter()
                 .map(|r| Parsed {
                     line: r.line,
-                    result: text_of(r, data, max)
-                        .and_then(|t| parse(t, r.line))
-                        .map(map),
+                    result: match r.place {
+                        None => text_of(r, data, max).and_then(|t| parse(t, r.line)),
+                        // Positions in the record's errors are given in the input, and its column and index added.
+                        Some(place) => with_origin(Some((r.line, place.column)), || {
+                            text_of(r, data, max).and_then(|t| parse(t, r.line))
+                        })
+                        .map_err(|e| place.apply(e)),
+                    }
+                    .map(map),
                 })
                 .collect(),
         ),
@@ -239,7 +321,13 @@ where
                         RawKind::Data(range) => range.clone(),
                         RawKind::Oversize(_) => 0..0,
                     };
-                    otel::read_line(text_of(r, data, max), r.line, range, map)
+                    match r.place {
+                        None => otel::read_line(text_of(r, data, max), r.line, range, map),
+                        Some(place) => with_origin(Some((r.line, place.column)), || {
+                            otel::read_line(text_of(r, data, max), r.line, range, map)
+                        })
+                        .placed(place),
+                    }
                 })
                 .collect(),
         ),
@@ -265,8 +353,12 @@ const READ_BYTES: usize = 1 << 20;
 const CHUNK_SLACK: usize = 1 << 20;
 
 impl<R: BufRead> Lines<R> {
-    /// Reads raw lines into `chunk` (emptied first) until a limit is reached or the input ends.
+    /// Reads raw lines (or a shape's records) into `chunk` (emptied first) until a limit is reached or the input
+    /// ends.
     fn fill(&mut self, chunk: &mut RawChunk) -> Result<(), IngestError> {
+        if self.split.is_some() {
+            return self.fill_split(chunk);
+        }
         chunk.recs.clear();
         // A chunk that once held a huge record should not pin that memory for the rest of the read.
         if chunk.data.capacity() > 2 * self.opts.chunk_bytes.max(self.opts.max_record_bytes) {
@@ -294,6 +386,7 @@ impl<R: BufRead> Lines<R> {
             chunk.recs.push(RawRec {
                 line: rec.line,
                 kind,
+                place: None,
             });
         }
         let max = self.opts.max_record_bytes;
@@ -326,6 +419,7 @@ impl<R: BufRead> Lines<R> {
                 chunk.recs.push(RawRec {
                     line: self.next_line,
                     kind: RawKind::Oversize(total),
+                    place: None,
                 });
                 self.next_line += 1;
                 continue;
@@ -349,6 +443,7 @@ impl<R: BufRead> Lines<R> {
                     Err(source) => {
                         return Err(IngestError::Io {
                             source_name: self.source_name.clone(),
+                            line: Some(self.next_line),
                             source,
                         });
                     }
@@ -358,6 +453,149 @@ impl<R: BufRead> Lines<R> {
                 self.eof = true;
             }
             filled += read;
+        }
+    }
+
+    /// [`fill`](Self::fill) for a document, an array or a page: the splitter finds the records in the bytes read,
+    /// and more is read whenever the bytes end inside a value. A record over the size limit is read through to its
+    /// end without being kept.
+    fn fill_split(&mut self, chunk: &mut RawChunk) -> Result<(), IngestError> {
+        chunk.recs.clear();
+        chunk.last = false;
+        if chunk.data.capacity() > 2 * self.opts.chunk_bytes.max(self.opts.max_record_bytes) {
+            chunk.data = Vec::new();
+        }
+        let room = self.opts.chunk_bytes.saturating_add(CHUNK_SLACK);
+        chunk.data.reserve(room.saturating_sub(chunk.data.len()));
+        let mut filled = 0;
+        put(&mut chunk.data, &mut filled, &self.pending);
+        self.pending.clear();
+        let Lines {
+            reader,
+            source_name,
+            opts,
+            eof,
+            pending,
+            read_bytes,
+            split,
+            base,
+            ..
+        } = self;
+        let Some(split) = split.as_mut() else {
+            return Ok(());
+        };
+        let malformed = |b: shape::Broken| IngestError::Malformed {
+            source_name: source_name.clone(),
+            line: b.line,
+            column: b.column,
+            place: b.place,
+            message: b.message,
+        };
+        let mut pos = 0;
+        loop {
+            if chunk.recs.len() >= opts.chunk_records || pos >= opts.chunk_bytes {
+                // The rest begins the next chunk; lines are counted up to here first, as the bytes counted from
+                // are about to move.
+                split.position.of(&chunk.data[..filled], *base, pos);
+                pending.extend_from_slice(&chunk.data[pos..filled]);
+                *base += pos as u64;
+                return Ok(());
+            }
+            match split.step(&chunk.data[..filled], *base, pos, *eof) {
+                Step::Moved(p) => pos = p,
+                Step::Record { range, line, place } => {
+                    pos = range.end;
+                    // Found whole in the bytes read, but over the limit all the same: refused as a line would be.
+                    let kind = if range.len() > opts.max_record_bytes {
+                        RawKind::Oversize(range.len() as u64)
+                    } else {
+                        RawKind::Data(range)
+                    };
+                    chunk.recs.push(RawRec {
+                        line,
+                        kind,
+                        place: Some(place),
+                    });
+                }
+                Step::Done => {
+                    chunk.last = true;
+                    return Ok(());
+                }
+                Step::Bad(b) => return Err(malformed(b)),
+                Step::More { start, record } => {
+                    let held = filled - start;
+                    if held > opts.max_record_bytes {
+                        let (line, column) = split.position.of(&chunk.data[..filled], *base, start);
+                        if !record {
+                            return Err(malformed(shape::Broken {
+                                line,
+                                column,
+                                place: None,
+                                message: format!(
+                                    "a value outside the records is over the limit of {} bytes",
+                                    opts.max_record_bytes
+                                ),
+                            }));
+                        }
+                        let index = split.skipped_record();
+                        let skipped =
+                            skip_value(&chunk.data[start..filled], reader).map_err(|e| {
+                                malformed(shape::Broken {
+                                    line,
+                                    column,
+                                    place: index.path(),
+                                    message: format!(
+                                        "while skipping this record, over the limit of {} bytes: {e}",
+                                        opts.max_record_bytes
+                                    ),
+                                })
+                            })?;
+                        // The skipped bytes are gone from the buffer: what is read next goes where the record
+                        // began, and lies `skipped.bytes` further into the input than that place did.
+                        split.position.skip(
+                            *base + start as u64,
+                            skipped.bytes,
+                            skipped.newlines,
+                            skipped.last_newline,
+                        );
+                        *base += skipped.bytes;
+                        filled = start;
+                        pos = start;
+                        chunk.recs.push(RawRec {
+                            line,
+                            kind: RawKind::Oversize(skipped.bytes),
+                            place: Some(Place { column, index }),
+                        });
+                        continue;
+                    }
+                    // At least as much as the value holds so far: a long value is then scanned from its start
+                    // O(log n) times, not once per read.
+                    let want = (*read_bytes).max(held);
+                    let end = filled.saturating_add(want);
+                    if chunk.data.len() < end {
+                        chunk.data.resize(end, 0);
+                    }
+                    let read = loop {
+                        match reader.read(&mut chunk.data[filled..end]) {
+                            Ok(n) => break n,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(source) => {
+                                let (line, _) =
+                                    split.position.of(&chunk.data[..filled], *base, filled);
+                                return Err(IngestError::Io {
+                                    source_name: source_name.clone(),
+                                    line: Some(line),
+                                    source,
+                                });
+                            }
+                        }
+                    };
+                    if read == 0 {
+                        *eof = true;
+                    }
+                    filled += read;
+                }
+            }
         }
     }
 
@@ -375,6 +613,7 @@ impl<R: BufRead> Lines<R> {
             chunk.recs.push(RawRec {
                 line,
                 kind: RawKind::Oversize(len as u64),
+                place: None,
             });
             return;
         }
@@ -386,6 +625,7 @@ impl<R: BufRead> Lines<R> {
         chunk.recs.push(RawRec {
             line,
             kind: RawKind::Data(range.start..range.start + bytes.len()),
+            place: None,
         });
     }
 
@@ -399,6 +639,7 @@ impl<R: BufRead> Lines<R> {
                 Err(source) => {
                     return Err(IngestError::Io {
                         source_name: self.source_name.clone(),
+                        line: Some(self.next_line),
                         source,
                     });
                 }
@@ -439,6 +680,7 @@ impl<R: BufRead> Lines<R> {
                     Err(source) => {
                         return Err(IngestError::Io {
                             source_name: self.source_name.clone(),
+                            line: Some(self.next_line),
                             source,
                         });
                     }
@@ -473,6 +715,7 @@ impl<R: BufRead> Lines<R> {
                 return Ok(Some(RawRec {
                     line,
                     kind: RawKind::Oversize(total),
+                    place: None,
                 }));
             }
             if data.last() == Some(&b'\r') {
@@ -485,8 +728,70 @@ impl<R: BufRead> Lines<R> {
             return Ok(Some(RawRec {
                 line,
                 kind: RawKind::Data(start..data.len()),
+                place: None,
             }));
         }
+    }
+}
+
+/// Reads the first bytes of an input until its shape can be told (see [`shape::detect`]). A first record longer
+/// than the limit is left to the JSON Lines reader, which reports it without keeping it.
+fn detect_shape<R: Read>(input: &mut Prefixed<R>, opts: &ReadOptions) -> io::Result<Shape> {
+    let mut eof = false;
+    loop {
+        if let Some(shape) = shape::detect(input.head(), eof) {
+            return Ok(shape);
+        }
+        if eof || input.head().len() > opts.max_record_bytes {
+            return Ok(Shape::Jsonl);
+        }
+        // Twice what is held: a long first record is then scanned O(log n) times, not once per read. The first
+        // read takes whatever comes, so that a pipe's first line is looked at as soon as it arrives.
+        let want = input.head().len().saturating_mul(2).max(1);
+        eof = input.look_ahead(want)?;
+    }
+}
+
+/// What reading a value through without keeping it passed over.
+struct Skipped {
+    bytes: u64,
+    newlines: u64,
+    /// Offset of the last newline among those bytes.
+    last_newline: Option<u64>,
+}
+
+/// Reads the value that starts at `held[0]` (the part of it already read) and goes on in `rest`, to its end and
+/// no further, keeping none of it: serde_json reads it as `IgnoredAny`, and takes no byte past a closing `}`,
+/// `]` or `"`.
+fn skip_value<R: Read>(held: &[u8], rest: &mut R) -> Result<Skipped, serde_json::Error> {
+    let mut counted = Counted {
+        inner: held.chain(rest),
+        skipped: Skipped {
+            bytes: 0,
+            newlines: 0,
+            last_newline: None,
+        },
+    };
+    let mut de = serde_json::Deserializer::from_reader(&mut counted);
+    serde::de::IgnoredAny::deserialize(&mut de)?;
+    Ok(counted.skipped)
+}
+
+/// A reader that counts the bytes and newlines read through it.
+struct Counted<R> {
+    inner: R,
+    skipped: Skipped,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for nl in memchr::memchr_iter(b'\n', &buf[..n]) {
+            self.skipped.newlines += 1;
+            self.skipped.last_newline = Some(self.skipped.bytes + nl as u64);
+        }
+        self.skipped.bytes += n as u64;
+        Ok(n)
     }
 }
 
@@ -503,8 +808,9 @@ fn text_of<'a>(r: &RawRec, data: &'a [u8], max: usize) -> Result<&'a str, Record
                 r.line,
                 None,
                 format!(
-                    "invalid UTF-8 at byte offset {} of the line",
-                    e.valid_up_to()
+                    "invalid UTF-8 at byte offset {} of the {}",
+                    e.valid_up_to(),
+                    if r.place.is_some() { "record" } else { "line" }
                 ),
             )
         }),
@@ -585,6 +891,8 @@ mod tests {
             first: None,
             pending: Vec::new(),
             read_bytes,
+            split: None,
+            base: 0,
         };
         let mut buf = Vec::new();
         let Some(first) = lines.read_record(&mut buf).expect("reads") else {
@@ -648,6 +956,7 @@ mod tests {
                     max_record_bytes: max,
                     chunk_records: 1 + next(4) as usize,
                     chunk_bytes: 1 + next(60) as usize,
+                    shape: Shape::Jsonl,
                 };
                 assert_eq!(
                     taken(&input, step, read_bytes, opts),

@@ -2,7 +2,7 @@
 //! and undetectable formats fail the read.
 
 use std::io::{BufRead, BufReader, Cursor, Read, Write};
-use tooltune_ingest::{ChunkReader, Format, FormatChoice, IngestError, Parsed, ReadOptions};
+use tooltune_ingest::{ChunkReader, Format, FormatChoice, IngestError, Parsed, ReadOptions, Shape};
 
 const GOOD: &str = r#"{"task": "Read notes.txt and sum the numbers in it.", "tools": [{"name": "read_file", "description": "Read a file."}, {"name": "calculator", "description": "Evaluate arithmetic."}], "steps": [{"type": "model", "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}]}, {"type": "tool_result", "call_id": "c1", "name": "read_file", "content": "Attendees: 4"}, {"type": "model", "content": "69504"}], "final_answer": "69504", "outcome": {"score": 1.0}}"#;
 
@@ -64,13 +64,25 @@ fn truncated_json_is_reported_with_serde_message_and_column() {
 }
 
 #[test]
-fn two_records_on_one_line_are_an_error() {
+fn two_records_on_one_line_are_an_error_in_json_lines() {
+    let jsonl = ReadOptions {
+        shape: Shape::Jsonl,
+        ..ReadOptions::default()
+    };
+    let (_, parsed) = read_bytes(
+        format!("{GOOD}{GOOD}\n").into_bytes(),
+        FormatChoice::Fixed(Format::Tooltune),
+        jsonl,
+    );
+    let e = only_error(&parsed, 1);
+    assert!(e.message.starts_with("trailing characters"), "{e}");
+    // Detected, the same text is a document of two concatenated records.
     let parsed = read_str(
         &format!("{GOOD}{GOOD}\n"),
         FormatChoice::Fixed(Format::Tooltune),
     );
-    let e = only_error(&parsed, 1);
-    assert!(e.message.starts_with("trailing characters"), "{e}");
+    assert_eq!(parsed.len(), 2);
+    assert!(parsed.iter().all(|p| p.result.is_ok()));
 }
 
 #[test]
@@ -403,7 +415,8 @@ fn io_failures_are_errors_of_the_read() {
         .expect("first line");
     let err = r.next_chunk().expect_err("io error");
     assert!(matches!(err, IngestError::Io { .. }), "{err:?}");
-    assert_eq!(err.to_string(), "upload: connection reset");
+    // The line being read when the connection failed.
+    assert_eq!(err.to_string(), "upload:2: connection reset");
 
     let err = ChunkReader::open(
         std::path::Path::new("no/such/file.jsonl"),
