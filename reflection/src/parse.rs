@@ -859,7 +859,6 @@ mod tests {
     fn a_diagnosis_written_as_the_description_is_rejected() {
         for reply in [
             "DESCRIPTION: The agent should have called web_search for the release date.",
-            "DESCRIPTION: Searches internal docs. The model incorrectly chose it for news.",
             "DESCRIPTION: Internal docs search; should have used for the inventory question.",
         ] {
             assert!(
@@ -867,6 +866,10 @@ mod tests {
                 "{reply}"
             );
         }
+        // A description followed by a diagnosis keeps the description (see `salvage`).
+        let (_, d) =
+            ok("DESCRIPTION: Searches internal docs. The model incorrectly chose it for news.");
+        assert_eq!(d, "Searches internal docs.");
         // Saying when to use the tool is what a description is for.
         let (_, d) = ok(
             "DESCRIPTION: Search the company's internal docs. Use it when the user asks about our own \
