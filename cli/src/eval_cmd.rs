@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, SuiteResult, evaluate};
-use tooltune_evaluator::{McpServer, Split, Suite};
+use tooltune_evaluator::{Split, Suite};
 use tooltune_objectives::stats::Rate;
 use tooltune_store::Store;
 
@@ -76,7 +76,8 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
     } else {
         Some(Store::open(db).await?)
     };
-    let server = McpServer::connect(suite.server.clone())
+    let server = suite
+        .connect()
         .await
         .with_context(|| format!("starting the suite's server ({})", args.suite.display()))?;
     let run_id = format!("eval-{}", uuid::Uuid::new_v4().simple());
@@ -181,10 +182,25 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
                 }
             }
         };
+        // Calls of tools not declared read-only are marked: they may have changed the server's state.
         let called = if t.called.is_empty() {
             "no tool".to_string()
         } else {
-            t.called.join(" → ")
+            t.called
+                .iter()
+                .map(|c| {
+                    if t.side_effect_calls.contains(c) {
+                        format!("{c} (writes)")
+                    } else {
+                        c.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" → ")
+        };
+        let world = match t.changed_fixture {
+            Some(true) => "  [changed its fixture copy]",
+            _ => "",
         };
         let p = t
             .first_call_probabilities
@@ -193,7 +209,7 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
             .map(|p| format!("  P({})={p:.3}", r.target))
             .unwrap_or_default();
         println!(
-            "{mark} {:<28} owner {:<14} {called}{p}",
+            "{mark} {:<28} owner {:<14} {called}{p}{world}",
             t.task_id,
             t.owner.as_deref().unwrap_or("-"),
         );
@@ -249,6 +265,25 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
         t.store_s,
         100.0 * t.outside_model_share()
     );
+    if r.fixture {
+        println!(
+            "  every rollout ran on a fresh copy of the suite's fixture (or after its reset command)"
+        );
+    }
+    if let Some(w) = r.order_warning() {
+        eprintln!("warning: {w}");
+    }
+    if !r.read_only_violations.is_empty() {
+        eprintln!(
+            "warning: {} declare readOnlyHint: true, but a rollout that called only read-only tools changed its \
+             fixture copy: the server's hints are wrong",
+            r.read_only_violations
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if stored {
         println!("  rollouts stored under run {run_id}");
     }

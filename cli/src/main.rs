@@ -3,6 +3,7 @@
 mod demo_cmd;
 mod eval_cmd;
 mod ingest_cmd;
+mod label_cmd;
 mod llm_config;
 mod model_cmd;
 mod optimize_cmd;
@@ -73,6 +74,9 @@ enum Command {
 enum TracesCommand {
     /// Per tool and description version: times shown, times chosen, selection share, success when chosen.
     Stats(stats_cmd::StatsArgs),
+    /// Label the trajectories whose producer wrote no outcome: heuristics over the log, and a judge model with
+    /// --judge. Labels are stored apart from the producers' outcomes.
+    Label(label_cmd::LabelArgs),
 }
 
 fn main() -> ExitCode {
@@ -106,7 +110,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let db = paths::database_url(cli.database_url.as_deref())?;
     if matches!(
         cli.command,
-        Command::Ingest(_) | Command::Traces { .. } | Command::Report(_)
+        Command::Ingest(_)
+            | Command::Traces {
+                command: TracesCommand::Stats(_)
+            }
+            | Command::Report(_)
     ) {
         stop_quietly_when_stdout_closes();
     }
@@ -115,6 +123,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Traces {
             command: TracesCommand::Stats(args),
         } => stats_cmd::run(&db, args).await,
+        Command::Traces {
+            command: TracesCommand::Label(args),
+        } => label_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Model(args) => model_cmd::run(args).await,
         Command::Eval(args) => eval_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Optimize(args) => optimize_cmd::run(&db, cli.config.as_deref(), args).await,
@@ -124,7 +135,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Lets the commands that only read files and the store and print (`ingest`, `traces stats`, `report`) end quietly
+/// Lets the commands that only read files and the store and print (`ingest`, `traces stats`, `report`; not
+/// `traces label`, whose judge may be a model server) end quietly
 /// when their reader goes away (`tooltune traces stats | head`), as Unix tools do, instead of panicking in
 /// `println!` on a broken pipe. Rust ignores SIGPIPE so that writing to a closed pipe or socket is an error to
 /// handle; the commands that talk to MCP servers over pipes, to model servers or to browsers keep it that way.

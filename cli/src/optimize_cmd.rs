@@ -69,6 +69,10 @@ pub struct OptimizeArgs {
     /// With --from-traces: the most failing trajectories shown to the reflector (newest first).
     #[arg(long, default_value_t = 4)]
     max_examples: usize,
+    /// With --from-traces: whether a trajectory whose producer wrote no outcome counts with tooltune's label
+    /// (`tooltune traces label`): use (the producer's outcome first, a label only where there is none) or ignore.
+    #[arg(long, default_value = "use", value_parser = ["use", "ignore"])]
+    labels: String,
     /// Resume this run from its last checkpoint.
     #[arg(long)]
     resume: Option<String>,
@@ -351,6 +355,10 @@ async fn from_traces(
         seed: args.seed,
         agent,
         reflector,
+        labels: args
+            .labels
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--labels {e}"))?,
     };
     if !args.json {
         eprintln!(
@@ -376,6 +384,20 @@ async fn from_traces(
             "run {}: `{}`, {} judged trajectories, {} failing shown to the reflector ({} reflection tokens)",
             s.run_id, s.tool, s.judged, s.failing, s.reflection_tokens
         );
+        let by = &s.judged_by;
+        if by.judge.judged + by.heuristic.judged > 0 {
+            println!(
+                "verdicts: {} from producers, {} from judge labels, {} from heuristic labels; failing shown: {}",
+                by.producer.judged,
+                by.judge.judged,
+                by.heuristic.judged,
+                s.failing_by
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         println!("seed: {}", one_line(&s.seed_description, 110));
         if let Some(d) = &s.diagnosis {
             println!("diagnosis: {}", one_line(d, 110));

@@ -6,14 +6,17 @@
 //! `TOOLTUNE_BENCH_MODEL` (`default` = 1.5B, or `fast`), `TOOLTUNE_BENCH_TASKS` (how many of the suite's tasks,
 //! taken alternately from each owner so both tools keep their share; default 40), `TOOLTUNE_BENCH_BATCH`
 //! (rollouts that advance together; default the evaluator's), `TOOLTUNE_BENCH_PARALLEL` (sequences the engine
-//! decodes in one batch; default the engine's), `TOOLTUNE_BENCH_MODES` (`selection,full`).
+//! decodes in one batch; default the engine's), `TOOLTUNE_BENCH_MODES` (`selection,full`),
+//! `TOOLTUNE_BENCH_SUITE` (`contractor`, default, or `notes`: a Python server over a folder of notes that its
+//! tools read and delete, with a fixture copied for every rollout), `TOOLTUNE_BENCH_FIXTURE` (`off`: the notes
+//! suite on one shared copy, for the overhead of fixtures side by side).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::time::Instant;
+use tooltune_evaluator::Suite;
 use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, SuiteResult, evaluate};
-use tooltune_evaluator::{McpServer, Suite};
 use tooltune_llm::ModelChoice;
 use tooltune_llm::local::{LocalModel, LocalOptions, LocalStats};
 
@@ -90,7 +93,24 @@ async fn main() {
     let n = env_usize("TOOLTUNE_BENCH_TASKS").unwrap_or(40);
     let modes = std::env::var("TOOLTUNE_BENCH_MODES").unwrap_or_else(|_| "selection,full".into());
     common::bin_dir();
-    let suite = Suite::load(common::suites_dir().join("contractor.toml")).expect("suite loads");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let suite = match std::env::var("TOOLTUNE_BENCH_SUITE").as_deref() {
+        Ok("notes") => common::notes_suite(
+            scratch.path(),
+            std::env::var("TOOLTUNE_BENCH_FIXTURE").as_deref() != Ok("off"),
+            common::NOTES_TASKS,
+        ),
+        _ => Suite::load(common::suites_dir().join("contractor.toml")).expect("suite loads"),
+    };
+    println!(
+        "suite {}: {}",
+        suite.name,
+        if suite.fixture.is_some() {
+            "a fresh fixture copy and server for every rollout"
+        } else {
+            "one server kept alive for every rollout"
+        }
+    );
     let tasks = pick_tasks(&suite, n);
     let mut lo = LocalOptions::for_model(which);
     if let Some(p) = env_usize("TOOLTUNE_BENCH_PARALLEL") {
@@ -107,9 +127,7 @@ async fn main() {
         lo.n_parallel
     );
     let t0 = Instant::now();
-    let server = McpServer::connect(suite.server.clone())
-        .await
-        .expect("server starts");
+    let server = suite.connect().await.expect("server starts");
     let listed = server.list_tools().await.expect("tools/list answers").len();
     println!(
         "server started, initialised and listed {listed} tools in {:.2} s (once; kept alive for every rollout)",

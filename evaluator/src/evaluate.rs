@@ -3,8 +3,9 @@
 //! each tool. Every rollout is stored as a trajectory linked to its run and candidate.
 
 use crate::EvalError;
+use crate::fixture::{self, Prepared, Workspace, check_world};
 use crate::host::{HostConfig, InfraFailure, Rollout, RolloutTask, ToolServer, run_rollouts};
-use crate::mcp::{CallOutcome, McpServer};
+use crate::mcp::{CallOutcome, McpServer, ToolHints};
 use crate::suite::{Split, Suite, Task};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -156,6 +157,18 @@ pub struct TaskResult {
     /// backend that cannot score exactly). `None`: exact, or none.
     #[serde(default)]
     pub first_move_samples: Option<u32>,
+    /// Tools the rollout called that are not declared read-only (`readOnlyHint`), in call order without
+    /// repeats: calls that may have changed the server's state.
+    #[serde(default)]
+    pub side_effect_calls: Vec<String>,
+    /// With a fixture: whether the rollout changed its copy (its digest after the rollout differs from the
+    /// fixture's). `None` without a fixture.
+    #[serde(default)]
+    pub changed_fixture: Option<bool>,
+    /// Tools that declared `readOnlyHint: true` although the rollout, which called only such tools, changed the
+    /// fixture: the hint is false.
+    #[serde(default)]
+    pub read_only_violations: Vec<String>,
 }
 
 /// Where the time went.
@@ -218,6 +231,36 @@ pub struct SuiteResult {
     pub infra_failures: u64,
     /// Where the time went.
     pub timings: Timings,
+    /// Whether every rollout ran on a fresh copy of the suite's fixture.
+    #[serde(default)]
+    pub fixture: bool,
+    /// Tools called in some rollout that are not declared read-only. Without a fixture (or a reset command) such
+    /// calls may have changed the state later rollouts saw, so results may depend on the order tasks ran in.
+    #[serde(default)]
+    pub side_effect_tools: Vec<String>,
+    /// Tools caught writing although they declare `readOnlyHint: true` (see [`TaskResult::read_only_violations`]).
+    #[serde(default)]
+    pub read_only_violations: Vec<String>,
+}
+
+impl SuiteResult {
+    /// The warning a user should see when rollouts may have run against a changing world: tools that may write
+    /// were called and nothing reset the state between rollouts. `None` when the world stayed fixed.
+    pub fn order_warning(&self) -> Option<String> {
+        if self.fixture || self.side_effect_tools.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "rollouts called {} (not declared read-only) on one server that is not reset between rollouts: later \
+             rollouts may have seen what earlier ones wrote, so results may depend on task order. Give the suite a \
+             [fixture] (or a [reset] command) to start every rollout from the same state.",
+            self.side_effect_tools
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
 }
 
 /// Adapts the MCP client to the host: a tool's JSON-RPC rejection goes back to the model as a failed result; a
@@ -260,8 +303,17 @@ pub async fn evaluate(
     mut progress: impl FnMut(usize, usize) + Send,
 ) -> Result<SuiteResult, EvalError> {
     let started = Instant::now();
-    let server_tools = suite.visible_tools(server.list_tools().await?);
-    suite.check_tool_names(&server_tools)?;
+    // Names are checked against everything the server offers (a hidden tool must exist too), then hidden.
+    let listed = server.list_tools().await?;
+    suite.check_tool_names(&listed)?;
+    let server_tools = suite.visible_tools(listed);
+    let hints = server.hints();
+    // The suite may measure descriptions under its own host's system prompt.
+    let mut host = opts.host.clone();
+    if let Some(p) = &suite.system_prompt {
+        host.system_prompt = p.clone();
+    }
+    let host = &host;
     let tools = candidate.apply(&server_tools)?;
     let target = opts
         .target
@@ -281,11 +333,23 @@ pub async fn evaluate(
     let mut results: Vec<TaskResult> = Vec::with_capacity(tasks.len());
     let mut done = 0;
     progress(0, tasks.len());
-    for chunk in tasks.chunks(opts.batch.max(1)) {
+    // A reset command cannot give rollouts that run together a state each: they run one at a time.
+    let batch = if suite.reset.is_some() {
+        1
+    } else {
+        opts.batch.max(1)
+    };
+    let chunks: Vec<&[&Task]> = tasks.chunks(batch).collect();
+    let fixture = suite.fixture.as_ref().filter(|_| opts.mode == Mode::Full);
+    // Workspaces (fixture copies with started servers) for the next chunk, prepared while this one runs.
+    let mut prepared = fixture.map(|f| Prepared::start(f, &suite.server, chunks[0].len()));
+    let mut closing = Vec::new();
+    for (c, chunk) in chunks.iter().enumerate() {
+        let chunk: &[&Task] = chunk;
         // Exact first-call probabilities (one shared prefill per chunk on the local backend).
         let first_requests: Vec<ChatRequest> = chunk
             .iter()
-            .map(|t| first_turn_request(&opts.host, &tools, &t.prompt))
+            .map(|t| first_turn_request(host, &tools, &t.prompt))
             .collect();
         let t0 = Instant::now();
         let scored = model.score_first_moves(&first_requests, &names).await;
@@ -320,8 +384,7 @@ pub async fn evaluate(
                             if n > 1 {
                                 // Independent draws of the same first turn: the host's own setting is greedy.
                                 r.temperature = 1.0;
-                                r.seed =
-                                    Some(opts.host.seed.unwrap_or(0).wrapping_add(u64::from(k)));
+                                r.seed = Some(host.seed.unwrap_or(0).wrapping_add(u64::from(k)));
                             }
                             reqs.push(r);
                         }
@@ -377,6 +440,9 @@ pub async fn evaluate(
                         infra_failure: infra,
                         trajectory_id: None,
                         first_move_samples: samples,
+                        side_effect_calls: Vec::new(),
+                        changed_fixture: None,
+                        read_only_violations: Vec::new(),
                     });
                 }
             }
@@ -388,12 +454,58 @@ pub async fn evaluate(
                         max_steps: t.max_steps,
                     })
                     .collect();
-                let adapter = McpTools {
-                    server,
-                    timeout: opts.call_timeout,
+                // The chunk's worlds: with a fixture, a fresh copy and server per rollout (prepared ahead);
+                // the next chunk's start preparing now, behind this chunk's model work.
+                let workspaces: Vec<Result<Workspace, EvalError>> = match prepared.take() {
+                    Some(p) => p.take().await,
+                    None => Vec::new(),
                 };
-                let rollouts =
-                    run_rollouts(model, &adapter, &tools, &rollout_tasks, &opts.host).await;
+                if let (Some(f), Some(next)) = (fixture, chunks.get(c + 1)) {
+                    prepared = Some(Prepared::start(f, &suite.server, next.len()));
+                }
+                if let Some(r) = &suite.reset {
+                    r.run(&suite.dir).await?;
+                }
+                let adapters: Vec<Box<dyn ToolServer + '_>> = if fixture.is_none() {
+                    vec![Box::new(McpTools {
+                        server,
+                        timeout: opts.call_timeout,
+                    })]
+                } else {
+                    workspaces
+                        .iter()
+                        .map(|w| -> Box<dyn ToolServer + '_> {
+                            match w {
+                                Ok(w) => Box::new(McpTools {
+                                    server: &w.server,
+                                    timeout: opts.call_timeout,
+                                }),
+                                Err(e) => Box::new(Unavailable(e.to_string())),
+                            }
+                        })
+                        .collect()
+                };
+                let refs: Vec<&dyn ToolServer> = adapters.iter().map(|a| a.as_ref()).collect();
+                let rollouts = run_rollouts(model, &refs, &tools, &rollout_tasks, host).await;
+                drop(refs);
+                drop(adapters);
+                // What each rollout did to its world: checks on the copy, and whether it changed at all.
+                let mut worlds: Vec<(WorldChecks, Option<bool>)> = Vec::new();
+                if let Some(f) = fixture {
+                    for (task, w) in chunk.iter().zip(&workspaces) {
+                        worlds.push(match w {
+                            Ok(w) => (
+                                check_world(task, w.dir()).await,
+                                fixture::digest(w.dir()).ok().map(|d| d != f.digest),
+                            ),
+                            Err(_) => (Vec::new(), None),
+                        });
+                    }
+                    // Closing (stopping the servers, removing the copies) runs in the background.
+                    for w in workspaces.into_iter().flatten() {
+                        closing.push(tokio::spawn(w.close()));
+                    }
+                }
                 let tool_s: f64 = rollouts.iter().map(|r| r.tool_time.as_secs_f64()).sum();
                 timings.tools_s += tool_s;
                 timings.model_s += rollouts
@@ -405,8 +517,21 @@ pub async fn evaluate(
                     let _ = server.restart().await;
                 }
                 let mut to_store = Vec::with_capacity(rollouts.len());
+                let mut worlds = worlds.into_iter();
                 for ((task, rollout), m) in chunk.iter().zip(rollouts).zip(moves) {
-                    let (result, trajectory) = judge(task, rollout, m, &target, opts);
+                    let (world, changed) = worlds.next().unwrap_or_default();
+                    let (result, trajectory) = judge(
+                        task,
+                        rollout,
+                        m,
+                        &target,
+                        opts,
+                        &World {
+                            checks: &world,
+                            changed,
+                            hints: &hints,
+                        },
+                    );
                     results.push(result);
                     to_store.push(trajectory);
                 }
@@ -423,8 +548,18 @@ pub async fn evaluate(
         done += chunk.len();
         progress(done, tasks.len());
     }
+    for h in closing {
+        let _ = h.await;
+    }
     timings.total_s = started.elapsed().as_secs_f64();
-    Ok(summarise(suite, target, opts.mode, results, timings))
+    Ok(summarise(
+        suite,
+        target,
+        opts.mode,
+        results,
+        timings,
+        fixture.is_some() || suite.reset.is_some(),
+    ))
 }
 
 fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> ChatRequest {
@@ -531,6 +666,9 @@ impl TaskResult {
             infra_failure: None,
             trajectory_id: None,
             first_move_samples: self.first_move_samples,
+            side_effect_calls: Vec::new(),
+            changed_fixture: None,
+            read_only_violations: Vec::new(),
         })
     }
 }
@@ -541,16 +679,66 @@ fn argmax(p: &BTreeMap<String, f64>) -> Option<String> {
         .map(|(k, _)| k.clone())
 }
 
+/// Verdicts of a task's checks on its fixture copy: passed, and what was found.
+type WorldChecks = Vec<(bool, String)>;
+
+/// What a rollout did to its world, for [`judge`].
+struct World<'a> {
+    /// Verdicts of the task's checks on the fixture copy.
+    checks: &'a [(bool, String)],
+    /// Whether the copy changed (`None`: no fixture).
+    changed: Option<bool>,
+    /// The tools' behaviour hints.
+    hints: &'a BTreeMap<String, ToolHints>,
+}
+
+/// A server that could not be prepared: every call is an infrastructure failure naming why.
+struct Unavailable(String);
+
+#[async_trait]
+impl ToolServer for Unavailable {
+    async fn call(&self, _name: &str, _arguments: &Value) -> Result<CallOutcome, InfraFailure> {
+        Err(InfraFailure {
+            message: format!(
+                "the rollout's server on its fixture copy did not start: {}",
+                self.0
+            ),
+        })
+    }
+}
+
 fn judge(
     task: &Task,
     rollout: Rollout,
     moves: Option<FirstMoves>,
     target: &str,
     opts: &EvalOptions,
+    world: &World<'_>,
 ) -> (TaskResult, tooltune_core::Trajectory) {
     let mut trajectory = rollout.trajectory;
     let infra = rollout.infra_failure.map(|f| f.message);
-    let check = task.check(trajectory.final_answer.as_deref(), &rollout.called);
+    let check = task.check_with_world(
+        trajectory.final_answer.as_deref(),
+        &rollout.called,
+        world.checks,
+    );
+    let mut side_effect_calls: Vec<String> = Vec::new();
+    for c in &rollout.called {
+        let may_write = world.hints.get(c).is_none_or(ToolHints::may_write);
+        if may_write && !side_effect_calls.contains(c) {
+            side_effect_calls.push(c.clone());
+        }
+    }
+    // The fixture changed although every tool called claims to be read-only: those claims are false.
+    let read_only_violations: Vec<String> =
+        if world.changed == Some(true) && side_effect_calls.is_empty() {
+            let mut v: Vec<String> = rollout.called.clone();
+            v.sort();
+            v.dedup();
+            v
+        } else {
+            Vec::new()
+        };
     let (success, score, feedback) = match &infra {
         Some(m) => (
             false,
@@ -586,6 +774,9 @@ fn judge(
         infra_failure: infra,
         trajectory_id: Some(trajectory.id().to_string()),
         first_move_samples: None,
+        side_effect_calls,
+        changed_fixture: world.changed,
+        read_only_violations,
     };
     (result, trajectory)
 }
@@ -596,7 +787,22 @@ fn summarise(
     mode: Mode,
     tasks: Vec<TaskResult>,
     timings: Timings,
+    fixture: bool,
 ) -> SuiteResult {
+    let mut side_effect_tools: Vec<String> = Vec::new();
+    let mut read_only_violations: Vec<String> = Vec::new();
+    for t in &tasks {
+        for c in &t.side_effect_calls {
+            if !side_effect_tools.contains(c) {
+                side_effect_tools.push(c.clone());
+            }
+        }
+        for c in &t.read_only_violations {
+            if !read_only_violations.contains(c) {
+                read_only_violations.push(c.clone());
+            }
+        }
+    }
     let judged: Vec<&TaskResult> = tasks.iter().filter(|t| t.infra_failure.is_none()).collect();
     let n = judged.len() as u64;
     let successes = judged.iter().filter(|t| t.success).count() as u64;
@@ -650,6 +856,9 @@ fn summarise(
         infra_failures: tasks.len() as u64 - n,
         tasks,
         timings,
+        fixture,
+        side_effect_tools,
+        read_only_violations,
     }
 }
 

@@ -122,15 +122,21 @@ impl Live {
     }
 }
 
-/// Runs every task to its end against `server`, with `tools` (already carrying the candidate's descriptions) as
-/// the tool list the model sees.
+/// Runs every task to its end, with `tools` (already carrying the candidate's descriptions) as the tool list the
+/// model sees. `servers` holds one server shared by every task, or one per task (a rollout on its own copy of a
+/// fixture).
 pub async fn run_rollouts(
     model: &dyn ChatModel,
-    server: &dyn ToolServer,
+    servers: &[&dyn ToolServer],
     tools: &[ToolSpec],
     tasks: &[RolloutTask],
     cfg: &HostConfig,
 ) -> Vec<Rollout> {
+    assert!(
+        servers.len() == 1 || servers.len() == tasks.len(),
+        "run_rollouts needs one server, or one per task"
+    );
+    let server_of = |i: usize| servers[if servers.len() == 1 { 0 } else { i }];
     let started = Instant::now();
     let mut live: Vec<Live> = tasks
         .iter()
@@ -270,7 +276,7 @@ pub async fn run_rollouts(
                 let call_started = now_rfc3339();
                 let tc = Instant::now();
                 let outcome = if tools.iter().any(|t| t.name == call.name) {
-                    server.call(&call.name, &call.arguments).await
+                    server_of(i).call(&call.name, &call.arguments).await
                 } else {
                     // A backend without constrained decoding can name a tool that does not exist; the model hears
                     // about it like a real host would tell it.
@@ -463,7 +469,7 @@ mod tests {
             max_steps: 5,
         };
         let cfg = HostConfig::default();
-        let out = run_rollouts(&model, &EchoServer, &[tool("a")], &[task], &cfg).await;
+        let out = run_rollouts(&model, &[&EchoServer], &[tool("a")], &[task], &cfg).await;
         let r = &out[0];
         assert_eq!(r.trajectory.final_answer.as_deref(), Some("42"));
         assert_eq!(r.called, ["a"]);
@@ -495,7 +501,7 @@ mod tests {
         };
         let out = run_rollouts(
             &model,
-            &EchoServer,
+            &[&EchoServer],
             &[tool("a")],
             &[task],
             &HostConfig::default(),

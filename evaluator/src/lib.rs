@@ -7,13 +7,16 @@
 //! a suite ([`evaluate`]: scores, exact first-call probabilities, rollouts stored as trajectories).
 
 pub mod evaluate;
+pub mod fixture;
 pub mod host;
 pub mod mcp;
 pub mod suite;
 
 pub use evaluate::DEFAULT_FIRST_MOVE_SAMPLES;
-pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, Transport};
-pub use suite::{AnswerCheck, CheckResult, ReferenceCall, Split, Suite, Task};
+pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, ToolHints, Transport};
+pub use suite::{
+    AnswerCheck, CheckResult, CommandCheck, FileCheck, ReferenceCall, Split, Suite, Task,
+};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -137,6 +140,22 @@ pub enum EvalError {
         var: String,
         /// What it was needed for.
         purpose: String,
+    },
+    /// A suite's fixture cannot be read, digested or copied.
+    #[error("fixture {}: {message}", path.display())]
+    Fixture {
+        /// The fixture (or the copy being made).
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A suite's reset command failed between rollouts.
+    #[error("reset command `{command}` {message}; fix it or remove the suite's [reset] section")]
+    Reset {
+        /// The command.
+        command: String,
+        /// How it failed.
+        message: String,
     },
 }
 

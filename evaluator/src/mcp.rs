@@ -217,6 +217,33 @@ pub struct McpServer {
     restart_lock: tokio::sync::Mutex<()>,
     negotiated: Mutex<Option<String>>,
     generation: AtomicU64,
+    // The behaviour hints of the tools, as the last `tools/list` gave them.
+    hints: Mutex<BTreeMap<String, ToolHints>>,
+    // A fixture copy the server runs on, removed when the handle goes.
+    scratch: Option<tempfile::TempDir>,
+}
+
+/// A tool's behaviour hints from `tools/list` (`annotations`, protocol revision 2025-03-26 and later). The
+/// specification calls them untrusted: a server may say read-only and write anyway, which a fixture's digest
+/// catches. `None`: the server did not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolHints {
+    /// `readOnlyHint`: the tool does not modify its environment.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`: a modification may destroy data (meaningful when not read-only).
+    pub destructive: Option<bool>,
+    /// `idempotentHint`: repeating the call with the same arguments has no further effect.
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`: the tool reaches outside systems (the web, say).
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// Whether a call may change state: anything not declared read-only (the specification's default for
+    /// `readOnlyHint` is false).
+    pub fn may_write(&self) -> bool {
+        self.read_only != Some(true)
+    }
 }
 
 impl std::fmt::Debug for McpServer {
@@ -238,10 +265,29 @@ impl McpServer {
             restart_lock: tokio::sync::Mutex::new(()),
             negotiated: Mutex::new(None),
             generation: AtomicU64::new(0),
+            hints: Mutex::new(BTreeMap::new()),
+            scratch: None,
         };
         let conn = server.open().await?;
         *server.conn.write().await = Some(Arc::new(conn));
         Ok(server)
+    }
+
+    /// The same handle, owning the scratch folder (a fixture copy) its server runs on: the folder is removed
+    /// when the handle is dropped.
+    pub fn keeping(mut self, scratch: tempfile::TempDir) -> Self {
+        self.scratch = Some(scratch);
+        self
+    }
+
+    /// The scratch folder the server runs on, when it runs on a fixture copy.
+    pub fn scratch_dir(&self) -> Option<&std::path::Path> {
+        self.scratch.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// The tools' behaviour hints from the last [`McpServer::list_tools`] (tools without annotations are absent).
+    pub fn hints(&self) -> BTreeMap<String, ToolHints> {
+        self.hints.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
     /// The spec this handle was opened with.
@@ -352,6 +398,25 @@ impl McpServer {
             after: self.spec.connect_timeout,
         })?
         .map_err(|e| self.classify(e, &conn, "tools/list"))?;
+        let hints: BTreeMap<String, ToolHints> = tools
+            .iter()
+            .filter_map(|t| {
+                t.annotations.as_ref().map(|a| {
+                    (
+                        t.name.to_string(),
+                        ToolHints {
+                            read_only: a.read_only_hint,
+                            destructive: a.destructive_hint,
+                            idempotent: a.idempotent_hint,
+                            open_world: a.open_world_hint,
+                        },
+                    )
+                })
+            })
+            .collect();
+        if let Ok(mut h) = self.hints.lock() {
+            *h = hints;
+        }
         Ok(tools
             .into_iter()
             .map(|t| ToolSpec {

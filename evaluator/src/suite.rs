@@ -97,6 +97,45 @@ pub struct Task {
     pub max_steps: u32,
     /// Tool calls that solve the task; the last one's result contains the answer.
     pub reference: Vec<ReferenceCall>,
+    /// Checks on the rollout's copy of the fixture after the rollout (suites with a `[fixture]` only).
+    pub expect_files: Vec<FileCheck>,
+    /// A command run in the rollout's copy of the fixture after the rollout; exit status 0 passes.
+    pub expect_command: Option<CommandCheck>,
+}
+
+/// A check on one file of the rollout's copy of the fixture.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCheck {
+    /// Path relative to the copy's root (`${FIXTURE_DIR}`).
+    pub path: String,
+    /// Whether the file must exist (default true); `false` checks that it was removed or moved away.
+    #[serde(default = "yes")]
+    pub exists: bool,
+    /// Strings the file must contain.
+    #[serde(default)]
+    pub contains: Vec<String>,
+    /// Strings the file must not contain.
+    #[serde(default)]
+    pub lacks: Vec<String>,
+    /// The file's whole content, compared with surrounding whitespace trimmed.
+    pub equals: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A command that judges the rollout's copy of the fixture: run in the copy's folder with `FIXTURE_DIR` set,
+/// exit status 0 passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandCheck {
+    /// The program (`${SUITE_DIR}` and the other suite variables expanded).
+    pub command: String,
+    /// Its arguments (expanded likewise).
+    pub args: Vec<String>,
+    /// How long it may run.
+    pub timeout: Duration,
 }
 
 /// The verdict of [`Task::check`] on one rollout.
@@ -129,6 +168,13 @@ pub struct Suite {
     pub hide_tools: Vec<String>,
     /// The tasks, in file order.
     pub tasks: Vec<Task>,
+    /// The world every rollout starts from, copied fresh for each (`[fixture]`).
+    pub fixture: Option<crate::fixture::Fixture>,
+    /// A command run before every rollout, for state a fixture cannot hold (`[reset]`).
+    pub reset: Option<crate::fixture::ResetCommand>,
+    /// The host's system prompt for this suite (`[host] system_prompt`), when the suite measures descriptions
+    /// under a host other than tooltune's default.
+    pub system_prompt: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -144,8 +190,33 @@ struct RawSuite {
     #[serde(default)]
     hide_tools: Vec<String>,
     max_steps: Option<u32>,
+    fixture: Option<RawFixture>,
+    reset: Option<RawCommand>,
+    host: Option<RawHost>,
     #[serde(default)]
     task: Vec<RawTask>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFixture {
+    path: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommand {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    cwd: Option<String>,
+    timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    system_prompt: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,6 +252,9 @@ struct RawTask {
     max_steps: Option<u32>,
     #[serde(default)]
     reference: Vec<ReferenceCall>,
+    #[serde(default)]
+    expect_file: Vec<FileCheck>,
+    expect_command: Option<RawCommand>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -312,12 +386,82 @@ impl Suite {
         if suite_max == 0 {
             return Err(ctx.err(None, "max_steps", "must be at least 1"));
         }
-        let server = server_spec(&name, &raw.server, &dir, ctx)?;
+        let fixture = match &raw.fixture {
+            None => None,
+            Some(f) => {
+                let p = expand_vars(&f.path, &dir, false)
+                    .map_err(|m| ctx.err(None, "fixture.path", m))?;
+                let p = dir.join(p);
+                if !p.exists() {
+                    return Err(ctx.err(
+                        None,
+                        "fixture.path",
+                        format!("{} does not exist", p.display()),
+                    ));
+                }
+                Some(
+                    crate::fixture::Fixture::load(p)
+                        .map_err(|e| ctx.err(None, "fixture.path", e.to_string()))?,
+                )
+            }
+        };
+        let server = server_spec(&name, &raw.server, &dir, fixture.is_some(), ctx)?;
+        if fixture.is_some() {
+            match &server.transport {
+                Transport::Http { .. } => {
+                    return Err(ctx.err(
+                        None,
+                        "fixture",
+                        "needs a `command` server (one started on each rollout's copy); a `url` server's state \
+                         can be reset with [reset] instead",
+                    ));
+                }
+                Transport::Stdio { .. } => {
+                    if !serde_json::to_string(&server.transport)
+                        .unwrap_or_default()
+                        .contains(crate::fixture::FIXTURE_VAR)
+                    {
+                        return Err(ctx.err(
+                            None,
+                            "server",
+                            "never names ${FIXTURE_DIR} (in command, args, env or cwd), so the server would not \
+                             run on the rollout's copy of the fixture",
+                        ));
+                    }
+                }
+            }
+        }
+        let reset = match &raw.reset {
+            None => None,
+            Some(r) => {
+                let (command, args, timeout) = build_command(r, &dir, "reset", 30.0, ctx)?;
+                Some(crate::fixture::ResetCommand {
+                    command,
+                    args,
+                    cwd: r
+                        .cwd
+                        .as_deref()
+                        .map(|c| {
+                            expand_vars(c, &dir, false)
+                                .map(|c| dir.join(c))
+                                .map_err(|m| ctx.err(None, "reset.cwd", m))
+                        })
+                        .transpose()?,
+                    timeout,
+                })
+            }
+        };
+        let system_prompt = match raw.host.as_ref().and_then(|h| h.system_prompt.clone()) {
+            Some(p) if p.trim().is_empty() => {
+                return Err(ctx.err(None, "host.system_prompt", "is empty"));
+            }
+            other => other,
+        };
 
         let mut seen = HashSet::new();
         let mut tasks = Vec::with_capacity(raw.task.len());
         for (i, t) in raw.task.into_iter().enumerate() {
-            let task = build_task(i, t, suite_max, ctx)?;
+            let task = build_task(i, t, suite_max, &dir, fixture.is_some(), ctx)?;
             if !seen.insert(task.id.clone()) {
                 return Err(ctx.err(
                     Some(i),
@@ -339,7 +483,34 @@ impl Suite {
             tools_under_study: raw.tools_under_study,
             hide_tools: raw.hide_tools,
             tasks,
+            fixture,
+            reset,
+            system_prompt,
         })
+    }
+
+    /// Starts the suite's server for listing its tools (and, without a fixture, for every rollout). With a
+    /// fixture it runs on a copy of its own, kept as long as the returned handle.
+    pub async fn connect(&self) -> Result<crate::mcp::McpServer, EvalError> {
+        match &self.fixture {
+            None => crate::mcp::McpServer::connect(self.server.clone()).await,
+            Some(f) => {
+                let dir = f.materialise()?;
+                let server = crate::mcp::McpServer::connect(crate::fixture::spec_for(
+                    &self.server,
+                    dir.path(),
+                ))
+                .await?;
+                Ok(server.keeping(dir))
+            }
+        }
+    }
+
+    /// What makes a rollout of this suite reproducible besides the suite file: the fixture's content digest.
+    pub fn world_digest(&self) -> String {
+        self.fixture
+            .as_ref()
+            .map_or_else(String::new, |f| f.digest.clone())
     }
 
     /// The tasks of one split, in file order.
@@ -444,10 +615,12 @@ fn server_spec(
     name: &str,
     raw: &RawServer,
     suite_dir: &Path,
+    fixture: bool,
     ctx: &Ctx,
 ) -> Result<ServerSpec, EvalError> {
-    let expand =
-        |field: &str, s: &str| expand_vars(s, suite_dir).map_err(|m| ctx.err(None, field, m));
+    let expand = |field: &str, s: &str| {
+        expand_vars(s, suite_dir, fixture).map_err(|m| ctx.err(None, field, m))
+    };
     let protocol = match &raw.protocol {
         None => ProtocolPref::Auto,
         Some(p) => ProtocolPref::parse(p).map_err(|m| ctx.err(None, "server.protocol", m))?,
@@ -565,9 +738,10 @@ pub fn third_party_dir(suite_dir: &Path) -> PathBuf {
     }
 }
 
-/// Expands `${SUITE_DIR}`, `${TOOLTUNE_THIRD_PARTY}` and `${TOOLTUNE_BIN_DIR}`; any other `${...}` is an
-/// error, so that a suite cannot quietly read the host's environment.
-fn expand_vars(s: &str, suite_dir: &Path) -> Result<String, String> {
+/// Expands `${SUITE_DIR}`, `${TOOLTUNE_THIRD_PARTY}` and `${TOOLTUNE_BIN_DIR}`; `${FIXTURE_DIR}` stays as it is
+/// when `fixture` (it names each rollout's copy, known only then); any other `${...}` is an error, so that a
+/// suite cannot quietly read the host's environment.
+fn expand_vars(s: &str, suite_dir: &Path, fixture: bool) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -581,6 +755,13 @@ fn expand_vars(s: &str, suite_dir: &Path) -> Result<String, String> {
             "SUITE_DIR" => suite_dir.to_path_buf(),
             "TOOLTUNE_THIRD_PARTY" => third_party_dir(suite_dir),
             "TOOLTUNE_BIN_DIR" => bin_dir(),
+            "FIXTURE_DIR" if fixture => PathBuf::from(crate::fixture::FIXTURE_VAR),
+            "FIXTURE_DIR" => {
+                return Err(
+                    "`${FIXTURE_DIR}` needs a [fixture] section (the folder copied for each rollout)"
+                        .into(),
+                );
+            }
             other => {
                 return Err(format!(
                     "unknown variable `${{{other}}}`; known: ${{SUITE_DIR}}, ${{TOOLTUNE_THIRD_PARTY}}, ${{TOOLTUNE_BIN_DIR}} (use server.pass_env to pass a host variable to the server)"
@@ -594,7 +775,45 @@ fn expand_vars(s: &str, suite_dir: &Path) -> Result<String, String> {
     Ok(out)
 }
 
-fn build_task(i: usize, t: RawTask, suite_max: u32, ctx: &Ctx) -> Result<Task, EvalError> {
+/// A command section's program, expanded arguments and timeout.
+fn build_command(
+    r: &RawCommand,
+    dir: &Path,
+    field: &str,
+    default_timeout: f64,
+    ctx: &Ctx,
+) -> Result<(String, Vec<String>, Duration), EvalError> {
+    if r.command.trim().is_empty() {
+        return Err(ctx.err(None, format!("{field}.command"), "is empty"));
+    }
+    let command = expand_vars(&r.command, dir, false)
+        .map_err(|m| ctx.err(None, format!("{field}.command"), m))?;
+    let mut args = Vec::with_capacity(r.args.len());
+    for (i, a) in r.args.iter().enumerate() {
+        args.push(
+            expand_vars(a, dir, false)
+                .map_err(|m| ctx.err(None, format!("{field}.args[{i}]"), m))?,
+        );
+    }
+    let secs = r.timeout_secs.unwrap_or(default_timeout);
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(ctx.err(
+            None,
+            format!("{field}.timeout_secs"),
+            format!("{secs} is not a positive number of seconds"),
+        ));
+    }
+    Ok((command, args, Duration::from_secs_f64(secs)))
+}
+
+fn build_task(
+    i: usize,
+    t: RawTask,
+    suite_max: u32,
+    dir: &Path,
+    fixture: bool,
+    ctx: &Ctx,
+) -> Result<Task, EvalError> {
     let e = |field: &str, msg: String| ctx.err(Some(i), field, msg);
     if t.id.trim().is_empty() {
         return Err(e("id", "is empty".into()));
@@ -613,10 +832,83 @@ fn build_task(i: usize, t: RawTask, suite_max: u32, ctx: &Ctx) -> Result<Task, E
         None => None,
         Some(a) => Some(build_answer(a, &e)?),
     };
-    if answer.is_none() && t.expect_tools.is_empty() && t.forbid_tools.is_empty() {
+    if !fixture && (!t.expect_file.is_empty() || t.expect_command.is_some()) {
+        let field = if t.expect_file.is_empty() {
+            "expect_command"
+        } else {
+            "expect_file"
+        };
+        return Err(e(
+            field,
+            "checks the fixture after the rollout, but the suite has no [fixture]".into(),
+        ));
+    }
+    for (j, f) in t.expect_file.iter().enumerate() {
+        let p = Path::new(&f.path);
+        if f.path.trim().is_empty()
+            || p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(e(
+                &format!("expect_file[{j}].path"),
+                format!(
+                    "{:?} must be a path inside the fixture (relative, without `..`)",
+                    f.path
+                ),
+            ));
+        }
+        if !f.exists && (!f.contains.is_empty() || !f.lacks.is_empty() || f.equals.is_some()) {
+            return Err(e(
+                &format!("expect_file[{j}]"),
+                "`exists = false` cannot be combined with content checks".into(),
+            ));
+        }
+    }
+    let expect_command = match &t.expect_command {
+        None => None,
+        Some(c) => {
+            let (command, args, timeout) = build_command(c, dir, "expect_command", 30.0, ctx)
+                .map_err(|err| match err {
+                    EvalError::Suite {
+                        file,
+                        line,
+                        field,
+                        message,
+                        ..
+                    } => EvalError::Suite {
+                        file,
+                        line,
+                        task: Some(ctx.task_label(i)),
+                        field,
+                        message,
+                    },
+                    other => other,
+                })?;
+            if c.cwd.is_some() {
+                return Err(e(
+                    "expect_command.cwd",
+                    "is always the rollout's copy of the fixture".into(),
+                ));
+            }
+            Some(CommandCheck {
+                command,
+                args,
+                timeout,
+            })
+        }
+    };
+    if answer.is_none()
+        && t.expect_tools.is_empty()
+        && t.forbid_tools.is_empty()
+        && t.expect_file.is_empty()
+        && expect_command.is_none()
+    {
         return Err(e(
             "answer",
-            "the task has no check: give `answer.*`, `expect_tools` or `forbid_tools`".into(),
+            "the task has no check: give `answer.*`, `expect_tools`, `forbid_tools`, `expect_file` or \
+             `expect_command`"
+                .into(),
         ));
     }
     for n in &t.expect_tools {
@@ -654,6 +946,8 @@ fn build_task(i: usize, t: RawTask, suite_max: u32, ctx: &Ctx) -> Result<Task, E
         forbid_tools: t.forbid_tools,
         max_steps,
         reference: t.reference,
+        expect_files: t.expect_file,
+        expect_command,
     })
 }
 
@@ -918,6 +1212,17 @@ impl Task {
         final_answer: Option<&str>,
         tools_called: &[S],
     ) -> CheckResult {
+        self.check_with_world(final_answer, tools_called, &[])
+    }
+
+    /// [`Task::check`], plus the verdicts of the checks on the rollout's copy of the fixture (`expect_file`,
+    /// `expect_command`; see `fixture::check_world`), each a check group of its own: passed, and what it found.
+    pub fn check_with_world<S: AsRef<str>>(
+        &self,
+        final_answer: Option<&str>,
+        tools_called: &[S],
+        world: &[(bool, String)],
+    ) -> CheckResult {
         let called: Vec<&str> = tools_called.iter().map(AsRef::as_ref).collect();
         let called_text = if called.is_empty() {
             "no tool".to_string()
@@ -992,6 +1297,15 @@ impl Task {
                     "tools: {} must not be used for this task (called {called_text})",
                     bad.join(", ")
                 ));
+            }
+        }
+        for (ok, what) in world {
+            groups += 1;
+            if *ok {
+                passed += 1;
+                oks.push(what.clone());
+            } else {
+                fails.push(what.clone());
             }
         }
         let success = fails.is_empty();
@@ -1232,5 +1546,132 @@ max_steps = 3
         };
         assert!(n.found_in("retries 7 times, at 05:30"));
         assert!(!n.found_in("retries 17 times, at 05:30"));
+    }
+
+    /// A suite file with a fixture folder beside it, in a temporary folder.
+    fn with_fixture(
+        server: &str,
+        extra: &str,
+        task_checks: &str,
+    ) -> (tempfile::TempDir, Result<Suite, EvalError>) {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir_all(dir.path().join("world")).expect("mkdir");
+        std::fs::write(dir.path().join("world/a.txt"), "a").expect("write");
+        let text = format!(
+            "tools_under_study = [\"t\"]\n{extra}\n[server]\n{server}\n\n[[task]]\nid = \"x\"\nprompt = \"p\"\n\
+             split = \"test\"\n{task_checks}\n"
+        );
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, &text).expect("write");
+        let r = Suite::load(&path);
+        (dir, r)
+    }
+
+    #[test]
+    fn a_fixture_suite_keeps_the_fixture_variable_for_each_rollout_and_checks_files() {
+        let (dir, r) = with_fixture(
+            "command = \"srv\"\nargs = [\"--root\", \"${FIXTURE_DIR}\"]",
+            "[fixture]\npath = \"world\"\n[host]\nsystem_prompt = \"Be brief.\"",
+            "expect_file = [{ path = \"a.txt\", contains = [\"a\"] }, { path = \"gone.txt\", exists = false }]",
+        );
+        let s = r.unwrap_or_else(|e| panic!("{e}"));
+        let f = s.fixture.as_ref().expect("fixture");
+        assert!(f.source.ends_with("world"));
+        assert_eq!(
+            f.digest,
+            crate::fixture::digest(&dir.path().join("world")).expect("digest")
+        );
+        assert_eq!(s.world_digest(), f.digest);
+        assert_eq!(s.system_prompt.as_deref(), Some("Be brief."));
+        let Transport::Stdio { args, .. } = &s.server.transport else {
+            panic!("stdio")
+        };
+        assert_eq!(args[1], "${FIXTURE_DIR}");
+        assert_eq!(s.tasks[0].expect_files.len(), 2);
+        assert!(!s.tasks[0].expect_files[1].exists);
+        // A world check is a check group of its own.
+        let r = s.tasks[0].check_with_world(
+            Some("ok"),
+            &["t"],
+            &[(true, "a".into()), (false, "b".into())],
+        );
+        assert!(!r.success);
+        assert!((r.score - 0.5).abs() < 1e-12);
+        assert!(r.feedback.contains('b'));
+    }
+
+    #[test]
+    fn fixture_mistakes_are_named() {
+        let cases = [
+            // The variable without a fixture.
+            (
+                "command = \"srv\"\nargs = [\"${FIXTURE_DIR}\"]",
+                "",
+                "answer.contains = \"a\"",
+                "needs a [fixture]",
+            ),
+            // A fixture the server never uses.
+            (
+                "command = \"srv\"",
+                "[fixture]\npath = \"world\"",
+                "answer.contains = \"a\"",
+                "never names ${FIXTURE_DIR}",
+            ),
+            // A fixture for a URL server.
+            (
+                "url = \"http://127.0.0.1:1/mcp\"",
+                "[fixture]\npath = \"world\"",
+                "answer.contains = \"a\"",
+                "needs a `command` server",
+            ),
+            // A missing fixture.
+            (
+                "command = \"${FIXTURE_DIR}/srv\"",
+                "[fixture]\npath = \"nowhere\"",
+                "answer.contains = \"a\"",
+                "does not exist",
+            ),
+            // File checks without a fixture.
+            (
+                "command = \"srv\"",
+                "",
+                "expect_file = [{ path = \"a.txt\" }]",
+                "has no [fixture]",
+            ),
+            // A path out of the fixture.
+            (
+                "command = \"${FIXTURE_DIR}/srv\"",
+                "[fixture]\npath = \"world\"",
+                "expect_file = [{ path = \"../etc/passwd\" }]",
+                "inside the fixture",
+            ),
+            // Content checks on a file that must be gone.
+            (
+                "command = \"${FIXTURE_DIR}/srv\"",
+                "[fixture]\npath = \"world\"",
+                "expect_file = [{ path = \"a.txt\", exists = false, contains = [\"a\"] }]",
+                "cannot be combined",
+            ),
+            // A reset command with a bad timeout.
+            (
+                "command = \"srv\"",
+                "[reset]\ncommand = \"true\"\ntimeout_secs = 0",
+                "answer.contains = \"a\"",
+                "reset.timeout_secs",
+            ),
+            // An empty host prompt.
+            (
+                "command = \"srv\"",
+                "[host]\nsystem_prompt = \" \"",
+                "answer.contains = \"a\"",
+                "host.system_prompt",
+            ),
+        ];
+        for (server, extra, checks, want) in cases {
+            let (_dir, r) = with_fixture(server, extra, checks);
+            let msg = r.expect_err(want).to_string();
+            assert!(msg.contains(want), "{want:?} not in {msg:?}");
+            assert!(msg.contains("s.toml"), "{msg}");
+        }
     }
 }

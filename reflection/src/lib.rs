@@ -14,6 +14,8 @@
 //! goal asks for (issue 6 measures exactly this).
 
 pub mod dataset;
+pub mod heuristics;
+pub mod judge;
 pub mod parse;
 pub mod prompt;
 
@@ -209,6 +211,15 @@ pub enum ReflectionError {
         source: LlmError,
         /// Everything recorded up to the failure.
         partial: Box<Proposal>,
+    },
+    /// The judge model failed on every run it was asked about (see [`judge::judge_many`]).
+    #[error("judge {model}: {source}")]
+    Judge {
+        /// The judge's id.
+        model: String,
+        /// The backend's error.
+        #[source]
+        source: LlmError,
     },
 }
 

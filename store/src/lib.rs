@@ -9,12 +9,14 @@
 mod body;
 mod cache;
 mod import;
+mod labels;
 mod runs;
 mod stats;
 mod writeback;
 
 pub use cache::CachedResult;
 pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
+pub use labels::{Failing, Label, LabelSource, LabelUse, NewLabel, Tally, ToLabel, VerdictCounts};
 pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;
 

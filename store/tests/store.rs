@@ -936,3 +936,252 @@ async fn postgres_store_from_before_0009_gains_a_lasting_result_cache() {
     store_from_before_0009_gains_a_lasting_result_cache(&url, "postgres").await;
     let _ = drop_pg_database(&admin, &name).await;
 }
+
+/// Labels (migration 0010) live beside the producers' outcomes: storing them changes no trajectory (content, id,
+/// outcome), labelling again with the same source and model replaces the label, and the figures use a label only
+/// where the producer wrote no outcome (a judge's before the heuristics'), saying which source each verdict came
+/// from; ignoring labels gives the producers' figures.
+async fn labels_are_kept_apart_and_used_only_where_no_outcome_was_written(db: TestDb) {
+    use tooltune_store::{LabelSource, LabelUse, NewLabel};
+    let s = &db.store;
+    let mut ts = sample();
+    // Two more runs that called search_docs, whose producer wrote no outcome.
+    for task in ["no outcome one", "no outcome two"] {
+        let mut t = trajectory(task, &["search_docs"], true, "Search internal docs.");
+        t.outcome = Default::default();
+        ts.push(t);
+    }
+    db.import(&ts).await.expect("import");
+    let (one, two) = (ts[5].id(), ts[6].id());
+    let before = s.trajectory(&one).await.expect("load").expect("present");
+
+    // Only the two without an outcome are offered for labelling, newest first; with outcomes, all seven.
+    let to_label = s
+        .trajectories_to_label(Some("search_docs"), None, false, 100)
+        .await
+        .expect("list");
+    assert_eq!(
+        to_label.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        vec![two.clone(), one.clone()]
+    );
+    assert!(to_label.iter().all(|c| c.producer_success.is_none()));
+    let all = s
+        .trajectories_to_label(None, None, true, 100)
+        .await
+        .expect("list");
+    assert_eq!(all.len(), 7);
+    assert_eq!(
+        all.iter()
+            .filter(|c| c.producer_success == Some(true))
+            .count(),
+        2
+    );
+
+    let label =
+        |id: &tooltune_core::TrajectoryId, source, model: &str, success, feedback: &str| NewLabel {
+            trajectory_id: id.to_string(),
+            source,
+            model: model.to_string(),
+            score: Some(if success { 1.0 } else { 0.0 }),
+            success,
+            feedback: feedback.to_string(),
+            detail: Some("{\"version\":\"test\"}".to_string()),
+        };
+    s.save_labels(&[
+        label(&one, LabelSource::Heuristic, "", false, "tool_error: boom"),
+        label(
+            &two,
+            LabelSource::Heuristic,
+            "",
+            true,
+            "no failure evidence",
+        ),
+    ])
+    .await
+    .expect("save");
+    // Again, differently: replaced, not added.
+    s.save_labels(&[label(
+        &one,
+        LabelSource::Heuristic,
+        "",
+        false,
+        "repeated_call: twice",
+    )])
+    .await
+    .expect("save again");
+    assert_eq!(s.count_labels(None).await.expect("count"), 2);
+    let ls = s.labels(&one).await.expect("labels");
+    assert_eq!(ls.len(), 1);
+    assert_eq!(ls[0].label.feedback, "repeated_call: twice");
+    assert_eq!(
+        ls[0].label.detail.as_deref(),
+        Some("{\"version\":\"test\"}")
+    );
+
+    // The trajectory is untouched: same body, same id, no outcome.
+    let after = s.trajectory(&one).await.expect("load").expect("present");
+    assert_eq!(after, before);
+    assert_eq!(after.id(), one);
+    assert_eq!(after.outcome, Default::default());
+
+    let docs = |stats: &[tooltune_store::ToolStats]| {
+        stats
+            .iter()
+            .find(|r| r.tool == "search_docs" && r.description_id.is_none())
+            .expect("total row")
+            .clone()
+    };
+    // Producer only: 1 of 2, as before the labels.
+    let ignored = docs(
+        &s.tool_stats_with(Some("search_docs"), LabelUse::Ignore)
+            .await
+            .expect("stats"),
+    );
+    assert_eq!(
+        (
+            ignored.success_when_chosen.hits,
+            ignored.success_when_chosen.trials
+        ),
+        (1, 2)
+    );
+    assert_eq!(ignored.verdicts.heuristic.judged, 0);
+    assert_eq!(
+        docs(&s.tool_stats(Some("search_docs")).await.expect("stats"))
+            .success_when_chosen
+            .trials,
+        2
+    );
+    // Labels used: 2 of 4, two verdicts from the heuristics.
+    let used = docs(
+        &s.tool_stats_with(Some("search_docs"), LabelUse::Use)
+            .await
+            .expect("stats"),
+    );
+    assert_eq!(
+        (
+            used.success_when_chosen.hits,
+            used.success_when_chosen.trials
+        ),
+        (2, 4)
+    );
+    assert_eq!(
+        (
+            used.verdicts.producer.judged,
+            used.verdicts.producer.succeeded
+        ),
+        (2, 1)
+    );
+    assert_eq!(
+        (
+            used.verdicts.heuristic.judged,
+            used.verdicts.heuristic.succeeded
+        ),
+        (2, 1)
+    );
+
+    // A judge's label wins over the heuristics' for the same trajectory.
+    s.save_labels(&[label(
+        &two,
+        LabelSource::Judge,
+        "fake:judge",
+        false,
+        "wrong answer",
+    )])
+    .await
+    .expect("judge label");
+    let used = docs(
+        &s.tool_stats_with(Some("search_docs"), LabelUse::Use)
+            .await
+            .expect("stats"),
+    );
+    assert_eq!(
+        (
+            used.success_when_chosen.hits,
+            used.success_when_chosen.trials
+        ),
+        (1, 4)
+    );
+    assert_eq!(
+        (used.verdicts.judge.judged, used.verdicts.heuristic.judged),
+        (1, 1)
+    );
+    assert_eq!(
+        s.labels(&two).await.expect("labels")[0].label.source,
+        LabelSource::Judge
+    );
+
+    // The failing ones for --from-traces (trajectories that showed the tool): the producer's three failures and
+    // both labelled ones, each with its source.
+    let (failing, counts) = s
+        .failing_for_tool_with("search_docs", None, 10, LabelUse::Use)
+        .await
+        .expect("failing");
+    let mut got: Vec<(String, Option<String>)> = failing
+        .iter()
+        .map(|f| (f.verdict_source.clone(), f.label_feedback.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "heuristic".to_string(),
+                Some("repeated_call: twice".to_string())
+            ),
+            ("judge".to_string(), Some("wrong answer".to_string())),
+            ("producer".to_string(), None),
+            ("producer".to_string(), None),
+            ("producer".to_string(), None),
+        ]
+    );
+    assert_eq!(
+        (
+            counts.total().judged,
+            counts.producer.judged,
+            counts.judge.judged,
+            counts.heuristic.judged
+        ),
+        (7, 5, 1, 1)
+    );
+    let (failing, counts) = s
+        .failing_for_tool_with("search_docs", None, 10, LabelUse::Ignore)
+        .await
+        .expect("failing");
+    assert_eq!(failing.len(), 3);
+    assert_eq!((counts.total().judged, counts.judge.judged), (5, 0));
+    let (old_ids, old_judged) = s
+        .failing_for_tool("search_docs", None, 10)
+        .await
+        .expect("failing");
+    assert_eq!(
+        (old_ids, old_judged),
+        (failing.iter().map(|f| f.id.clone()).collect::<Vec<_>>(), 5)
+    );
+
+    // A label for a trajectory that is not stored is refused, naming it, and nothing of the batch is kept.
+    let e = s
+        .save_labels(&[
+            label(&two, LabelSource::Heuristic, "", false, "would replace"),
+            NewLabel {
+                trajectory_id: "f".repeat(64),
+                ..label(&two, LabelSource::Heuristic, "", true, "x")
+            },
+        ])
+        .await
+        .expect_err("unknown trajectory");
+    assert!(e.to_string().contains(&"f".repeat(64)), "{e}");
+    assert_eq!(
+        s.labels(&two).await.expect("labels")[1].label.feedback,
+        "no failure evidence"
+    );
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_labels_are_kept_apart_and_used_only_where_no_outcome_was_written() {
+    labels_are_kept_apart_and_used_only_where_no_outcome_was_written(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_labels_are_kept_apart_and_used_only_where_no_outcome_was_written() {
+    labels_are_kept_apart_and_used_only_where_no_outcome_was_written(postgres().await).await;
+}

@@ -129,3 +129,96 @@ pub fn median_p99(mut v: Vec<Duration>) -> (f64, f64) {
     let p = |q: f64| ms(v[((v.len() as f64 - 1.0) * q).round() as usize]);
     (p(0.5), p(0.99))
 }
+
+/// A suite over the notes server (tests/servers/notes_server.py, Python) written into `dir` with `tasks`; with
+/// `fixture` each rollout runs on a fresh copy of tests/fixtures/notes, without it on one shared copy made here
+/// (no reset).
+pub fn notes_suite(dir: &Path, fixture: bool, tasks: &str) -> tooltune_evaluator::Suite {
+    third_party();
+    let python = tooltune_evaluator::suite::third_party_dir(&suites_dir()).join("time/bin/python");
+    let script = workspace().join("evaluator/tests/servers/notes_server.py");
+    let source = workspace().join("evaluator/tests/fixtures/notes");
+    let (fixture_section, cwd) = if fixture {
+        (
+            format!("[fixture]\npath = {:?}\n", source.display().to_string()),
+            "${FIXTURE_DIR}".to_string(),
+        )
+    } else {
+        let shared = dir.join("shared");
+        let copy = tooltune_evaluator::fixture::Fixture::load(source)
+            .expect("fixture")
+            .materialise()
+            .expect("copy");
+        std::fs::rename(copy.keep(), &shared).expect("move the copy");
+        (String::new(), shared.display().to_string())
+    };
+    let text = format!(
+        "name = \"notes\"\ntools_under_study = [\"read_note\"]\nmax_steps = 2\n{fixture_section}\n[server]\n\
+         command = {python:?}\nargs = [{script:?}]\ncwd = {cwd:?}\n\n{tasks}",
+        python = python.display().to_string(),
+        script = script.display().to_string(),
+    );
+    let path = dir.join("notes.toml");
+    std::fs::write(&path, text).expect("write suite");
+    tooltune_evaluator::Suite::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Natural tasks for the notes server, for the evaluator benchmark's fixture case: questions a user of a notes
+/// tool would ask, and deletions.
+pub const NOTES_TASKS: &str = r#"
+[[task]]
+id = "alpha-launch"
+prompt = "When does Alpha launch? It is in my notes."
+split = "test"
+owner = "read_note"
+answer.contains = "2026-10-20"
+
+[[task]]
+id = "beta-state"
+prompt = "What is the state of Beta, according to my notes?"
+split = "test"
+owner = "read_note"
+answer.contains = "paused"
+
+[[task]]
+id = "delete-beta"
+prompt = "Delete my note about beta, I do not need it any more."
+split = "test"
+owner = "delete_note"
+expect_file = [{ path = "notes/beta.txt", exists = false }]
+
+[[task]]
+id = "how-many"
+prompt = "How many notes do I have?"
+split = "test"
+owner = "count_notes"
+answer.number = 2
+
+[[task]]
+id = "alpha-date-again"
+prompt = "Remind me of the Alpha launch date from my notes."
+split = "test"
+owner = "read_note"
+answer.contains = "2026-10-20"
+
+[[task]]
+id = "delete-alpha"
+prompt = "Remove the alpha note."
+split = "test"
+owner = "delete_note"
+expect_file = [{ path = "notes/alpha.txt", exists = false }]
+
+[[task]]
+id = "beta-paused"
+prompt = "Is Beta paused? Check my notes."
+split = "test"
+owner = "read_note"
+answer.contains = "paused"
+
+[[task]]
+id = "count-again"
+prompt = "Count my notes for me."
+split = "test"
+owner = "count_notes"
+answer.number = 2
+"#;

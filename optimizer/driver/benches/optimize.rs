@@ -85,12 +85,12 @@ async fn main() {
     let minutes: f64 = env("TOOLTUNE_BENCH_MINUTES", 10.0);
     let seed: u64 = env("TOOLTUNE_BENCH_SEED", 0);
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&format!(
-        "sqlite://{}",
-        dir.path().join("bench.db").display()
-    ))
-    .await
-    .expect("store opens");
+    let db = std::env::var_os("TOOLTUNE_BENCH_STORE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().join("bench.db"));
+    let store = Store::open(&format!("sqlite://{}", db.display()))
+        .await
+        .expect("store opens");
     let model: Arc<LocalModel> = Arc::new(
         LocalModel::load(LocalOptions::for_model(which))
             .await
@@ -132,7 +132,7 @@ async fn main() {
         agent: format!("local:{which:?}"),
         reflector: format!("local:{which:?}"),
         stop_file: None,
-        screening,
+        screening: screening.clone(),
         seed_overrides: Default::default(),
         validation_sample: std::env::var("TOOLTUNE_BENCH_VALIDATION")
             .ok()
@@ -218,4 +218,147 @@ async fn main() {
         s.screened
     );
     println!("total wall time including the held-out comparison: {wall:.0} s");
+    if let Some(rows) = std::env::var_os("TOOLTUNE_BENCH_ROWS") {
+        let row = Row {
+            objective: objective.as_str().to_string(),
+            tools: std::env::var("TOOLTUNE_BENCH_TOOLS").unwrap_or_else(|_| "target".into()),
+            screened_loop: screening.is_some(),
+            seed,
+            tasks: t.seed.tasks,
+            success: (
+                pair(&t.seed.success),
+                pair(&t.winner.success),
+                Some(t.success_p_value),
+            ),
+            selection: (
+                pair(&t.seed.selection),
+                pair(&t.winner.selection),
+                Some(t.selection_p_value),
+            ),
+            routing: (
+                t.seed.expected_routing,
+                t.winner.expected_routing,
+                t.routing_p_value,
+            ),
+            off_target: (
+                pair(&t.seed.off_target),
+                pair(&t.winner.off_target),
+                t.off_target_p_value,
+            ),
+            winner: s.winner,
+            proposals: s.proposals,
+            screened_out: s.screened_out,
+            screened: s.screened,
+            rollouts: s.rollouts,
+            wall_s: wall,
+            cpu: cpu_name(),
+        };
+        append_and_print(&PathBuf::from(rows), &row);
+    }
+}
+
+/// A rate as hits out of trials.
+fn pair(r: &tooltune_objectives::stats::Rate) -> (u64, u64) {
+    (r.hits, r.trials)
+}
+
+/// One run of the series, as `TOOLTUNE_BENCH_ROWS` keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Row {
+    objective: String,
+    tools: String,
+    screened_loop: bool,
+    seed: u64,
+    tasks: u64,
+    /// Seed, winner, exact McNemar p.
+    success: ((u64, u64), (u64, u64), Option<f64>),
+    /// Seed, winner, paired permutation p.
+    selection: ((u64, u64), (u64, u64), Option<f64>),
+    /// Expected routing of seed and winner (exact probabilities), paired permutation p.
+    routing: (Option<f64>, Option<f64>, Option<f64>),
+    /// Selection of the target over the tasks other tools own: seed, winner, paired permutation p.
+    off_target: ((u64, u64), (u64, u64), Option<f64>),
+    winner: u32,
+    proposals: u32,
+    screened_out: u32,
+    screened: u64,
+    rollouts: u64,
+    wall_s: f64,
+    cpu: String,
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Appends `row` to the series file, then prints the whole series as one Markdown table.
+fn append_and_print(path: &Path, row: &Row) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("the rows file opens");
+    writeln!(
+        f,
+        "{}",
+        serde_json::to_string(row).expect("a row serializes")
+    )
+    .expect("the row is written");
+    let text = std::fs::read_to_string(path).expect("the rows file reads");
+    let rows: Vec<Row> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rate = |(h, n): (u64, u64)| format!("{h}/{n}");
+    let p = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
+    let f3 = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
+    println!();
+    println!(
+        "| loop | objective | tools | seed | success seed → winner (p) | selection (p) | routing (p) | off-target selection (p) | winner | proposals (screened out) | screened evals | rollouts | wall s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} → {} ({}) | {} → {} ({}) | {} → {} ({}) | {} → {} ({}) | c{} | {} ({}) | {} | {} | {:.0} |",
+            if r.screened_loop {
+                "screened"
+            } else {
+                "GEPA (no screens)"
+            },
+            r.objective,
+            r.tools,
+            r.seed,
+            rate(r.success.0),
+            rate(r.success.1),
+            p(r.success.2),
+            rate(r.selection.0),
+            rate(r.selection.1),
+            p(r.selection.2),
+            f3(r.routing.0),
+            f3(r.routing.1),
+            p(r.routing.2),
+            rate(r.off_target.0),
+            rate(r.off_target.1),
+            p(r.off_target.2),
+            r.winner,
+            r.proposals,
+            r.screened_out,
+            r.screened,
+            r.rollouts,
+            r.wall_s,
+        );
+    }
+    if let Some(r) = rows.last() {
+        println!("\nCPU: {} ({} held-out tasks per row)", r.cpu, r.tasks);
+    }
 }

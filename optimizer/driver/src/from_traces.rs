@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 use tooltune_evaluator::evaluate::{Candidate, EvalOptions, Mode, evaluate};
-use tooltune_evaluator::{McpServer, Split, Suite};
+use tooltune_evaluator::{Split, Suite};
 use tooltune_objectives::{Objective, RolloutFacts, per_task_scores};
 use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
-use tooltune_store::Store;
+use tooltune_store::{LabelUse, Store, VerdictCounts};
 
 /// What a batch run from traces is asked to do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -39,6 +39,9 @@ pub struct FromTracesConfig {
     pub agent: String,
     /// The reflector model spec.
     pub reflector: String,
+    /// Whether trajectories without a producer's outcome count with tooltune's label (`traces label`).
+    #[serde(default)]
+    pub labels: LabelUse,
 }
 
 /// Seed against proposal on a suite's test split (`comparison.winner` is the proposal).
@@ -65,6 +68,13 @@ pub struct FromTracesSummary {
     pub judged: u64,
     /// Failing ones among them that were found (at most `max_examples`).
     pub failing: usize,
+    /// Where the verdicts counted in `judged` came from: the producer's outcomes and, with labels in use,
+    /// tooltune's labels where the producer wrote none.
+    #[serde(default)]
+    pub judged_by: VerdictCounts,
+    /// Where the verdicts of the failing trajectories shown came from (`producer`, `judge`, `heuristic`).
+    #[serde(default)]
+    pub failing_by: BTreeMap<String, usize>,
     /// The description the proposal starts from: the server's when a suite is given, else the newest version in
     /// the failing traces.
     pub seed_description: String,
@@ -130,19 +140,33 @@ async fn run(
     models: &Models,
     started: Instant,
 ) -> Result<FromTracesSummary, DriverError> {
-    let (ids, judged) = store
-        .failing_for_tool(&cfg.tool, cfg.since.as_deref(), cfg.max_examples as u64)
+    let (failing, judged_by) = store
+        .failing_for_tool_with(
+            &cfg.tool,
+            cfg.since.as_deref(),
+            cfg.max_examples as u64,
+            cfg.labels,
+        )
         .await?;
+    let judged = judged_by.total().judged;
     let mut examples = Vec::new();
-    for id in &ids {
-        let Some(t) = store.trajectory(id).await? else {
+    let mut failing_by: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &failing {
+        let Some(t) = store.trajectory(&f.id).await? else {
             continue;
+        };
+        *failing_by.entry(f.verdict_source.clone()).or_default() += 1;
+        // A label's feedback says why the run was judged a failure (the rules that fired, the judge's line);
+        // the producer's own feedback is in the trajectory.
+        let feedback = match &f.label_feedback {
+            Some(l) => format!("({} label) {l}", f.verdict_source),
+            None => t.outcome.feedback.clone().unwrap_or_default(),
         };
         examples.push(ReflectiveExample {
             task: t.task.clone(),
             owner: None,
             success: false,
-            feedback: t.outcome.feedback.clone().unwrap_or_default(),
+            feedback,
             trajectory: t,
         });
     }
@@ -153,14 +177,14 @@ async fn run(
         None => None,
     };
     let server = match &suite {
-        Some(s) => Some(McpServer::connect(s.server.clone()).await?),
+        Some(s) => Some(s.connect().await?),
         None => None,
     };
     let server_tools = match (&suite, &server) {
         (Some(s), Some(srv)) => {
-            let tools = s.visible_tools(srv.list_tools().await?);
-            s.check_tool_names(&tools)?;
-            Some(tools)
+            let listed = srv.list_tools().await?;
+            s.check_tool_names(&listed)?;
+            Some(s.visible_tools(listed))
         }
         _ => None,
     };
@@ -180,6 +204,8 @@ async fn run(
         tool: cfg.tool.clone(),
         judged,
         failing: examples.len(),
+        judged_by,
+        failing_by,
         seed_description: seed_spec
             .as_ref()
             .map(|t| t.description.clone())

@@ -370,6 +370,8 @@ struct Ctx<'a> {
     /// The search's screened evaluations, brought up to date before each action and counted up as its screens
     /// finish, so progress events say both currencies as they happen.
     screened_spent: std::sync::atomic::AtomicU64,
+    /// Set once the run has warned that rollouts called tools that may write on a server nothing resets.
+    warned_order: std::sync::atomic::AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -466,6 +468,13 @@ impl Ctx<'_> {
                 |_, _| {},
             )
             .await?;
+            if let Some(w) = result.order_warning()
+                && !self
+                    .warned_order
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!("{w}");
+            }
             for r in result.tasks {
                 let json = serde_json::to_string(&r).unwrap_or_default();
                 self.store
@@ -677,6 +686,13 @@ impl Ctx<'_> {
         ] {
             h.update(part.as_bytes());
             h.update([0u8]);
+        }
+        // The fixture's content is the server's initial state: an edited fixture is another world. (Added only
+        // when there is one, so the keys of suites without a fixture stay as they were.)
+        let fixture = self.suite.world_digest();
+        if !fixture.is_empty() {
+            h.update(b"fixture\0");
+            h.update(fixture.as_bytes());
         }
         hex::encode(h.finalize())
     }
@@ -1248,9 +1264,11 @@ async fn drive_leased(
     on_event: &(dyn Fn(&Event) + Send + Sync),
 ) -> Result<RunSummary, DriverError> {
     let suite = Suite::load(&cfg.suite)?;
-    let server = McpServer::connect(suite.server.clone()).await?;
-    let server_tools = suite.visible_tools(server.list_tools().await?);
-    suite.check_tool_names(&server_tools)?;
+    let server = suite.connect().await?;
+    // Names are checked against everything the server offers (a hidden tool must exist too), then hidden.
+    let listed = server.list_tools().await?;
+    suite.check_tool_names(&listed)?;
+    let server_tools = suite.visible_tools(listed);
     for t in cfg.tools.iter().chain(std::iter::once(&cfg.target)) {
         if !server_tools.iter().any(|s| &s.name == t) {
             return Err(DriverError::Config(format!(
@@ -1281,6 +1299,7 @@ async fn drive_leased(
         elapsed_before_ms,
         on_event,
         screened_spent: Default::default(),
+        warned_order: Default::default(),
     };
     let mut search = match state {
         Some(s) => s,
