@@ -73,7 +73,9 @@ fn every_bundled_suite_loads_with_sane_splits() {
             "contractor-small.toml",
             "contractor.toml",
             "mcp-server-time.toml",
+            "server-filesystem-write.toml",
             "server-filesystem.toml",
+            "server-memory.toml",
             "week01-tools.toml"
         ]
     );
