@@ -342,7 +342,7 @@ pub async fn evaluate(
     let chunks: Vec<&[&Task]> = tasks.chunks(batch).collect();
     let fixture = suite.fixture.as_ref().filter(|_| opts.mode == Mode::Full);
     // Workspaces (fixture copies with started servers) for the next chunk, prepared while this one runs.
-    let mut prepared = fixture.map(|f| Prepared::start(f, &suite.server, chunks[0].len()));
+    let mut prepared = fixture.map(|f| Prepared::start(f, &suite.server, 0, chunks[0].len()));
     let mut closing = Vec::new();
     for (c, chunk) in chunks.iter().enumerate() {
         let chunk: &[&Task] = chunk;
@@ -461,7 +461,12 @@ pub async fn evaluate(
                     None => Vec::new(),
                 };
                 if let (Some(f), Some(next)) = (fixture, chunks.get(c + 1)) {
-                    prepared = Some(Prepared::start(f, &suite.server, next.len()));
+                    prepared = Some(Prepared::start(
+                        f,
+                        &suite.server,
+                        (c + 1) * batch,
+                        next.len(),
+                    ));
                 }
                 if let Some(r) = &suite.reset {
                     r.run(&suite.dir).await?;

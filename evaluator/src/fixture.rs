@@ -36,17 +36,39 @@ impl Fixture {
         Ok(Fixture { source, digest })
     }
 
-    /// Copies the fixture into a fresh scratch folder. A folder's content lands in the scratch folder itself; a
-    /// file lands in it under its own name.
+    /// Copies the fixture into a fresh scratch folder with a random name. A folder's content lands in the
+    /// scratch folder itself; a file lands in it under its own name.
     pub fn materialise(&self) -> Result<tempfile::TempDir, EvalError> {
+        self.materialise_in(None)
+    }
+
+    /// Like [`Fixture::materialise`], but for the rollout in position `slot` of a batch the folder's name is a
+    /// pure function of the fixture's digest and the slot, when that name is free: servers print their paths in
+    /// tool results ("Successfully wrote to /tmp/..."), and a random name there would make the same greedy rollout
+    /// read different text each time. When the name is taken (another process is using it, or a crash left it) a
+    /// random name is used instead.
+    pub fn materialise_in(&self, slot: Option<usize>) -> Result<tempfile::TempDir, EvalError> {
         let fail = |e: std::io::Error| EvalError::Fixture {
             path: self.source.clone(),
             message: format!("cannot copy: {e}"),
         };
-        let dir = tempfile::Builder::new()
-            .prefix("tooltune-fixture-")
-            .tempdir()
-            .map_err(fail)?;
+        let stable = slot.and_then(|k| {
+            tempfile::Builder::new()
+                .prefix(&format!(
+                    "tooltune-fixture-{}-{k}",
+                    &self.digest[..12.min(self.digest.len())]
+                ))
+                .rand_bytes(0)
+                .tempdir()
+                .ok()
+        });
+        let dir = match stable {
+            Some(d) => d,
+            None => tempfile::Builder::new()
+                .prefix("tooltune-fixture-")
+                .tempdir()
+                .map_err(fail)?,
+        };
         if self.source.is_dir() {
             copy_tree(&self.source, dir.path()).map_err(fail)?;
         } else {
@@ -160,9 +182,13 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Copies the fixture and starts a server on the copy.
-    pub async fn open(fixture: &Fixture, spec: &ServerSpec) -> Result<Workspace, EvalError> {
-        let dir = fixture.materialise()?;
+    /// Copies the fixture (into the stable folder of `slot`, when given and free) and starts a server on the copy.
+    pub async fn open(
+        fixture: &Fixture,
+        spec: &ServerSpec,
+        slot: Option<usize>,
+    ) -> Result<Workspace, EvalError> {
+        let dir = fixture.materialise_in(slot)?;
         let server = McpServer::connect(spec_for(spec, dir.path())).await?;
         Ok(Workspace { server, dir })
     }
@@ -185,12 +211,14 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Starts preparing `n` workspaces (copies and server starts run concurrently).
-    pub fn start(fixture: &Fixture, spec: &ServerSpec, n: usize) -> Prepared {
-        let handles = (0..n)
-            .map(|_| {
+    /// Starts preparing `n` workspaces (copies and server starts run concurrently) for the rollouts in positions
+    /// `first..first + n` of the evaluation (each position has its own stable folder name; see
+    /// [`Fixture::materialise_in`]).
+    pub fn start(fixture: &Fixture, spec: &ServerSpec, first: usize, n: usize) -> Prepared {
+        let handles = (first..first + n)
+            .map(|k| {
                 let (f, s) = (fixture.clone(), spec.clone());
-                tokio::spawn(async move { Workspace::open(&f, &s).await })
+                tokio::spawn(async move { Workspace::open(&f, &s, Some(k)).await })
             })
             .collect();
         Prepared { handles }
@@ -434,6 +462,24 @@ mod tests {
             std::fs::read_to_string(src.path().join("notes/a.md")).expect("read"),
             "alpha"
         );
+    }
+
+    #[test]
+    fn a_slot_gets_the_same_folder_each_time_it_is_free_and_another_when_it_is_not() {
+        let src = tempfile::tempdir().expect("dir");
+        std::fs::write(src.path().join("a"), "slot test").expect("write");
+        let f = Fixture::load(src.path().to_path_buf()).expect("fixture");
+        let first = f.materialise_in(Some(7)).expect("copy");
+        let path = first.path().to_path_buf();
+        // Taken: a second copy for the same slot gets a folder of its own.
+        let other = f.materialise_in(Some(7)).expect("copy");
+        assert_ne!(other.path(), path);
+        drop(first);
+        drop(other);
+        // Free again: the same name as before.
+        let again = f.materialise_in(Some(7)).expect("copy");
+        assert_eq!(again.path(), path);
+        assert_eq!(digest(again.path()).expect("digest"), f.digest);
     }
 
     #[test]

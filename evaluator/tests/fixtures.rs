@@ -239,7 +239,9 @@ async fn references_pass_on_fresh_copies(suite: &Suite) {
         .expect("a writing suite has a fixture");
     let mut problems = Vec::new();
     for task in &suite.tasks {
-        let w = Workspace::open(f, &suite.server).await.expect("workspace");
+        let w = Workspace::open(f, &suite.server, None)
+            .await
+            .expect("workspace");
         let mut last = String::new();
         for call in &task.reference {
             let r = w
