@@ -29,10 +29,28 @@ pub struct Fixture {
 impl Fixture {
     /// Reads the fixture at `source` (which must exist) and digests it.
     pub fn load(source: PathBuf) -> Result<Fixture, EvalError> {
-        let digest = digest(&source).map_err(|e| EvalError::Fixture {
+        let fail = |e: std::io::Error| EvalError::Fixture {
             path: source.clone(),
             message: e.to_string(),
-        })?;
+        };
+        // The digest of what a rollout's copy holds, so the two compare: a file fixture lands in its folder under
+        // its own name, so it is digested as a folder holding that one file.
+        let digest = if source.is_dir() {
+            digest(&source).map_err(fail)?
+        } else {
+            let name = source
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let mut h = Sha256::new();
+            let body = std::fs::read(&source).map_err(fail)?;
+            for part in [name.as_bytes(), b"file".as_slice(), &body] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+            hex::encode(h.finalize())
+        };
         Ok(Fixture { source, digest })
     }
 
@@ -507,6 +525,10 @@ mod tests {
             std::fs::read_to_string(copy.path().join("memory.jsonl")).expect("read"),
             "{}\n"
         );
+        // An untouched copy has the fixture's digest; a write changes it.
+        assert_eq!(digest(copy.path()).expect("digest"), f.digest);
+        std::fs::write(copy.path().join("memory.jsonl"), "{}\n{}\n").expect("write");
+        assert_ne!(digest(copy.path()).expect("digest"), f.digest);
     }
 
     #[test]
