@@ -10,8 +10,7 @@
 
 use crate::ReflectionError;
 use crate::dataset::cut;
-use crate::prompt::escape_data;
-use minijinja::{Environment, UndefinedBehavior};
+use crate::prompt::{escape_data, render_one};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,9 +21,9 @@ use tooltune_llm::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError,
 /// Version of the judge's templates, stored with every judge label (a unit test ties their hash to it).
 pub const JUDGE_TEMPLATE_VERSION: &str = "judge-v1";
 
-const SYSTEM: &str = include_str!("../templates/judge_system.jinja");
-const JUDGE: &str = include_str!("../templates/judge.jinja");
-const RETRY: &str = include_str!("../templates/judge_retry.jinja");
+pub(crate) const SYSTEM: &str = include_str!("../templates/judge_system.jinja");
+pub(crate) const JUDGE: &str = include_str!("../templates/judge.jinja");
+pub(crate) const RETRY: &str = include_str!("../templates/judge_retry.jinja");
 
 /// How much of a run the judge is shown. Characters, about four to a token: a prompt stays near 500 tokens, which
 /// a 1.5B model on two CPU cores reads in a few seconds.
@@ -126,34 +125,6 @@ pub struct JudgePrompt {
     pub system: String,
     /// The user message.
     pub user: String,
-}
-
-fn environment() -> Result<Environment<'static>, ReflectionError> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_keep_trailing_newline(false);
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-    for (name, src) in [
-        ("judge_system.jinja", SYSTEM),
-        ("judge.jinja", JUDGE),
-        ("judge_retry.jinja", RETRY),
-    ] {
-        env.add_template(name, src)
-            .map_err(|e| ReflectionError::template(name, &e))?;
-    }
-    Ok(env)
-}
-
-fn render_one(name: &str, ctx: &Value) -> Result<String, ReflectionError> {
-    let env = environment()?;
-    let t = env
-        .get_template(name)
-        .map_err(|e| ReflectionError::template(name, &e))?;
-    t.render(ctx)
-        .map(|s| s.trim().to_string())
-        .map_err(|e| ReflectionError::template(name, &e))
 }
 
 /// A call as the judge is shown it: the tool, the arguments, and the result text with its error flag.

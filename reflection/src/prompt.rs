@@ -83,6 +83,10 @@ fn environment() -> Result<Environment<'static>, ReflectionError> {
         ("reflect.jinja", REFLECT),
         ("retry.jinja", RETRY),
         ("describe.jinja", DESCRIBE),
+        // The judge's templates share the environment (and so its escaping and strictness rules).
+        ("judge_system.jinja", crate::judge::SYSTEM),
+        ("judge.jinja", crate::judge::JUDGE),
+        ("judge_retry.jinja", crate::judge::RETRY),
     ] {
         env.add_template(name, src)
             .map_err(|e| ReflectionError::template(name, &e))?;
@@ -90,7 +94,7 @@ fn environment() -> Result<Environment<'static>, ReflectionError> {
     Ok(env)
 }
 
-fn render_one(name: &str, ctx: &Value) -> Result<String, ReflectionError> {
+pub(crate) fn render_one(name: &str, ctx: &Value) -> Result<String, ReflectionError> {
     let env = environment()?;
     let t = env
         .get_template(name)
