@@ -142,7 +142,11 @@ pub async fn run(
             .map_or(0, |s| s.spent().screened);
         // Only for the estimate: the driver loads the suite itself and names any error.
         let test_tasks = tooltune_evaluator::Suite::load(&cfg.suite)
-            .map(|s| s.split(Split::Test).count() as u64)
+            .map(|s| {
+                s.split(Split::Test)
+                    .count()
+                    .min(cfg.test_sample.unwrap_or(usize::MAX)) as u64
+            })
             .unwrap_or(0);
         let (bar, on_event) = crate::progress::printer(
             format!("{run_id} (resumed)"),
@@ -203,6 +207,7 @@ pub async fn run(
             screening: args.search.screening(objective),
             seed_overrides: args.search.seed_overrides()?,
             validation_sample: args.search.validation_sample,
+            test_sample: args.search.test_sample,
         };
         let models = models(
             &cfg.agent,
@@ -214,7 +219,10 @@ pub async fn run(
             format!("{} on {}", objective.as_str(), loaded.name),
             budgets_of(&cfg.budget),
             (0, 0),
-            loaded.split(Split::Test).count() as u64,
+            loaded
+                .split(Split::Test)
+                .count()
+                .min(cfg.test_sample.unwrap_or(usize::MAX)) as u64,
             0,
             Arc::new(Mutex::new(Pace::default())),
         );

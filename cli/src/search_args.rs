@@ -33,13 +33,18 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = Screening::DEFAULT_SAMPLE)]
     pub screen_sample: usize,
     /// Budget in screened task evaluations (one candidate's exact first moves on one task) [default: 1500 for
-    /// `optimize`, 300 for `demo`, whose two searches and held-out rollouts must fit a class period].
+    /// `optimize`, 120 for `demo`, whose two searches and held-out rollouts must fit a class period].
     #[arg(long)]
     pub max_screened: Option<u64>,
     /// Compare candidates on this many validation tasks, a fixed sample balanced across owner tools, instead of
-    /// the whole validation split [default: the whole split for `optimize`, 16 for `demo`].
+    /// the whole validation split [default: the whole split for `optimize`, 8 for `demo`].
     #[arg(long)]
     pub validation_sample: Option<usize>,
+    /// Roll out this many held-out tasks, a fixed sample balanced across owner tools, and screen the rest (exact
+    /// first moves): task success is measured on the sample, selection and routing on every test task
+    /// [default: the whole split for `optimize`, 16 for `demo`].
+    #[arg(long)]
+    pub test_sample: Option<usize>,
 }
 
 impl SearchArgs {

@@ -79,6 +79,7 @@ fn config(objective: Objective) -> RunConfig {
         screening: None,
         seed_overrides: Default::default(),
         validation_sample: None,
+        test_sample: None,
     }
 }
 

@@ -365,6 +365,7 @@ impl StartRun {
             },
             seed_overrides: self.overrides,
             validation_sample: None,
+            test_sample: None,
             minibatch: self.minibatch,
             patience: self.patience,
             score_threshold: self.score_threshold,

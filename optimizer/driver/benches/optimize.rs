@@ -10,7 +10,8 @@
 //! `TOOLTUNE_BENCH_SCREEN` (`off`: GEPA as published; otherwise the screened loop with
 //! `TOOLTUNE_BENCH_PROPOSALS` proposals per reflection, default 4, and `TOOLTUNE_BENCH_SCREENED` screened task
 //! evaluations, default 400), `TOOLTUNE_BENCH_TOOLS` (`target`, default, or `all`: every tool of the server is
-//! rewritten in turn).
+//! rewritten in turn), `TOOLTUNE_BENCH_TEST_SAMPLE` (held-out tasks rolled out, the rest screened; default the
+//! whole test split).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -135,6 +136,9 @@ async fn main() {
         screening: screening.clone(),
         seed_overrides: Default::default(),
         validation_sample: std::env::var("TOOLTUNE_BENCH_VALIDATION")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        test_sample: std::env::var("TOOLTUNE_BENCH_TEST_SAMPLE")
             .ok()
             .and_then(|v| v.parse().ok()),
     };

@@ -123,6 +123,13 @@ pub struct RunConfig {
     /// at the price of a noisier choice of winner, which the held-out comparison then checks.
     #[serde(default)]
     pub validation_sample: Option<usize>,
+    /// Roll out this many held-out tasks (a fixed sample balanced across owner tools, drawn from the run's seed)
+    /// instead of the whole test split; the other test tasks are screened (exact first moves, no rollout). Task
+    /// success is then measured on the sample and every first-move measure (selection, routing, off-target
+    /// selection) on the whole split. The held-out rollouts are the largest fixed cost of a short run (a rollout
+    /// per test task for the seed and again for the winner); a screen costs about a fifth of one.
+    #[serde(default)]
+    pub test_sample: Option<usize>,
 }
 
 /// A fixed sample of `n` of `tasks` (id, owner tool), balanced across owners: each owner's tasks are ordered by a

@@ -204,6 +204,109 @@ pub(crate) fn compare(
     })
 }
 
+/// The held-out split as the run evaluates it: the tasks rolled out (all of them, or `test_sample` of them
+/// balanced across owner tools) and the rest, screened only.
+pub(crate) fn held_out_tasks(ctx: &Ctx<'_>) -> (Vec<String>, Vec<String>) {
+    let all: Vec<(String, Option<String>)> = ctx
+        .suite
+        .split(Split::Test)
+        .map(|t| (t.id.clone(), t.owner.clone()))
+        .collect();
+    split_held_out(&all, ctx.cfg.test_sample, ctx.cfg.seed)
+}
+
+/// `tasks` (id, owner) cut into the rolled-out sample and the screened rest, both in suite order.
+pub fn split_held_out(
+    tasks: &[(String, Option<String>)],
+    sample: Option<usize>,
+    seed: u64,
+) -> (Vec<String>, Vec<String>) {
+    let rolled = match sample {
+        Some(n) if n < tasks.len() => crate::stratified_sample(tasks, n.max(1), seed),
+        _ => tasks.iter().map(|(id, _)| id.clone()).collect(),
+    };
+    let rest = tasks
+        .iter()
+        .map(|(id, _)| id.clone())
+        .filter(|id| !rolled.contains(id))
+        .collect();
+    (rolled, rest)
+}
+
+/// One candidate on the held-out split: the facts of its rollouts and of its screens.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldOut {
+    rolled: Vec<RolloutFacts>,
+    screened: Vec<RolloutFacts>,
+}
+
+async fn held_out(
+    ctx: &Ctx<'_>,
+    descriptions: &Descriptions,
+    rolled: &[String],
+    screened: &[String],
+) -> Result<HeldOut, DriverError> {
+    let results = ctx.results(descriptions, rolled).await?;
+    let screens = if screened.is_empty() {
+        Vec::new()
+    } else {
+        let s = ctx.screens(descriptions, screened).await?;
+        screened.iter().filter_map(|t| s.get(t).cloned()).collect()
+    };
+    Ok(HeldOut {
+        rolled: ctx.facts(&results)?,
+        screened: ctx.facts(&screens)?,
+    })
+}
+
+/// Metrics of a held-out evaluation: what only a rollout shows (success, the calls it made) from the rolled-out
+/// tasks, the exact first-move figures from every task.
+pub(crate) fn held_out_metrics(h: &HeldOut) -> Metrics {
+    let played = Metrics::from_rollouts(&h.rolled);
+    if h.screened.is_empty() {
+        return played;
+    }
+    let all: Vec<RolloutFacts> = h.rolled.iter().chain(&h.screened).cloned().collect();
+    let exact = Metrics::from_rollouts(&all);
+    Metrics {
+        tasks: exact.tasks,
+        expected: exact.expected,
+        expected_routing: exact.expected_routing,
+        ..played
+    }
+}
+
+/// [`compare`] over a held-out evaluation whose rest was screened: task success and the played rates on the
+/// rolled-out tasks; the tests on first-move measures over every task, screened ones included, since their exact
+/// probabilities are the same whether or not a rollout followed.
+pub(crate) fn compare_held_out(
+    seed: &HeldOut,
+    other: &HeldOut,
+    objective: Objective,
+    rng_seed: u64,
+) -> Result<Comparison, DriverError> {
+    if seed.screened.is_empty() {
+        return compare(&seed.rolled, &other.rolled, objective, rng_seed);
+    }
+    let all = |h: &HeldOut| -> Vec<RolloutFacts> {
+        h.rolled.iter().chain(&h.screened).cloned().collect()
+    };
+    // Screened facts carry exact probabilities and no outcome: every test on them reads the probabilities.
+    let exact = compare(&all(seed), &all(other), objective, rng_seed)?;
+    let played = compare(&seed.rolled, &other.rolled, objective, rng_seed)?;
+    Ok(Comparison {
+        seed: held_out_metrics(seed),
+        winner: held_out_metrics(other),
+        success_p_value: played.success_p_value,
+        objective_p_value: if objective == Objective::TaskSuccess {
+            played.objective_p_value
+        } else {
+            exact.objective_p_value
+        },
+        ..exact
+    })
+}
+
 fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
     match o {
         Origin::Seed => ("seed".into(), None, None),
@@ -219,30 +322,28 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
         .candidate(CandidateId(0))
         .ok_or_else(|| DriverError::Config("the search has no seed candidate".into()))?;
     let best = search.best().unwrap_or(seed);
-    let test_tasks: Vec<String> = ctx.suite.split(Split::Test).map(|t| t.id.clone()).collect();
+    let (rolled, screened) = held_out_tasks(ctx);
     let spent = search.spent().rollouts;
     ctx.emit(Event::Evaluating {
         candidate: seed.id.0,
         phase: "test".into(),
-        tasks: test_tasks.len(),
+        tasks: rolled.len(),
     })
     .await?;
-    let seed_results = ctx.results(&seed.descriptions, &test_tasks).await?;
-    let best_results = if best.id == seed.id {
-        seed_results.clone()
+    let seed_held = held_out(ctx, &seed.descriptions, &rolled, &screened).await?;
+    let best_held = if best.id == seed.id {
+        seed_held.clone()
     } else {
         ctx.emit(Event::Evaluating {
             candidate: best.id.0,
             phase: "test".into(),
-            tasks: test_tasks.len(),
+            tasks: rolled.len(),
         })
         .await?;
-        ctx.results(&best.descriptions, &test_tasks).await?
+        held_out(ctx, &best.descriptions, &rolled, &screened).await?
     };
-    let seed_facts = ctx.facts(&seed_results)?;
-    let best_facts = ctx.facts(&best_results)?;
     let objective = ctx.cfg.objective;
-    let test = compare(&seed_facts, &best_facts, objective, ctx.cfg.seed)?;
+    let test = compare_held_out(&seed_held, &best_held, objective, ctx.cfg.seed)?;
     ctx.emit(Event::Evaluated {
         candidate: best.id.0,
         phase: "test".into(),
@@ -341,4 +442,115 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
         test,
         candidates,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(
+        task: &str,
+        owner: &str,
+        success: bool,
+        called: &[&str],
+        p_target: f64,
+    ) -> RolloutFacts {
+        let routed = if owner == "docs" {
+            p_target
+        } else {
+            1.0 - p_target
+        };
+        RolloutFacts::new(
+            task,
+            Some(owner.to_string()),
+            "docs",
+            success,
+            if success { 1.0 } else { 0.0 },
+            called.iter().map(|s| s.to_string()).collect(),
+        )
+        .and_then(|f| f.with_first_call_probability(p_target))
+        .and_then(|f| f.with_routing_probability(routed))
+        .expect("valid facts")
+    }
+
+    #[test]
+    fn a_held_out_sample_is_balanced_and_the_rest_is_screened_in_suite_order() {
+        let tasks: Vec<(String, Option<String>)> = (0..10)
+            .map(|i| {
+                let owner = if i < 4 { "docs" } else { "web" };
+                (format!("t{i}"), Some(owner.to_string()))
+            })
+            .collect();
+        let (rolled, rest) = split_held_out(&tasks, Some(4), 7);
+        assert_eq!(rolled.len(), 4);
+        assert_eq!(rest.len(), 6);
+        let docs = rolled
+            .iter()
+            .filter(|t| tasks[..4].iter().any(|(id, _)| id == *t));
+        assert_eq!(docs.count(), 2, "two of each owner: {rolled:?}");
+        let mut all: Vec<&String> = rolled.iter().chain(&rest).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 10, "every task once");
+        assert!(
+            rest.windows(2)
+                .all(|w| w[0][1..].parse::<u32>().ok() < w[1][1..].parse().ok())
+        );
+        assert_eq!(
+            split_held_out(&tasks, Some(4), 7),
+            (rolled, rest),
+            "fixed by the seed"
+        );
+        assert_eq!(split_held_out(&tasks, None, 7).1, Vec::<String>::new());
+        assert_eq!(split_held_out(&tasks, Some(99), 7).0.len(), 10);
+    }
+
+    #[test]
+    fn success_comes_from_the_rollouts_and_first_move_figures_from_every_task() {
+        // Seed: 2 rolled-out tasks (one success), 2 screened; winner: both rolled-out tasks succeed, and every
+        // web-owned task (screened ones included) leans further towards the target.
+        let seed = HeldOut {
+            rolled: vec![
+                fact("a", "docs", true, &["docs"], 0.9),
+                fact("b", "web", false, &["docs"], 0.6),
+            ],
+            screened: vec![
+                fact("c", "web", false, &[], 0.2),
+                fact("d", "web", false, &[], 0.3),
+            ],
+        };
+        let winner = HeldOut {
+            rolled: vec![
+                fact("a", "docs", true, &["docs"], 0.95),
+                fact("b", "web", true, &["web"], 0.7),
+            ],
+            screened: vec![
+                fact("c", "web", false, &[], 0.8),
+                fact("d", "web", false, &[], 0.9),
+            ],
+        };
+        let m = held_out_metrics(&seed);
+        assert_eq!(m.rollouts, 2);
+        assert_eq!(m.tasks, 4);
+        assert_eq!(m.success.trials, 2);
+        assert_eq!(m.success.hits, 1);
+        let e = m.expected.expect("exact figures");
+        assert!(
+            (e.all - (0.9 + 0.6 + 0.2 + 0.3) / 4.0).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert!((e.off_target.unwrap_or(0.0) - (0.6 + 0.2 + 0.3) / 3.0).abs() < 1e-9);
+        let c = compare_held_out(&seed, &winner, Objective::SelectionRate, 1).expect("compares");
+        assert_eq!(c.winner.success.hits, 2);
+        assert_eq!(c.routing_deltas.len(), 4, "every task's routing delta");
+        // McNemar over the two rolled-out tasks: one discordant pair is far from significant.
+        assert!(c.success_p_value > 0.9, "{}", c.success_p_value);
+        let no_screens = HeldOut {
+            rolled: seed.rolled.clone(),
+            screened: Vec::new(),
+        };
+        let c2 = compare_held_out(&no_screens, &no_screens, Objective::TaskSuccess, 1)
+            .expect("compares");
+        assert_eq!(c2.seed.tasks, 2);
+    }
 }
