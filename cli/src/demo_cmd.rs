@@ -52,6 +52,12 @@ pub struct DemoArgs {
     /// A limit that cuts one search short makes the two runs unequal, and the report says which one stopped.
     #[arg(long)]
     max_minutes: Option<f64>,
+    /// Which descriptions both searches may rewrite: `target`, the tool under study alone, or `all`, every tool
+    /// that owns a task in the suite, the target first and the others in turn (the server's author owns them all;
+    /// under the selection objective, weakening a competitor's text is inflation by other means, and the report's
+    /// figures for the other tools show it).
+    #[arg(long, value_enum, default_value_t = Edit::Target)]
+    edit: Edit,
     /// Seed of both searches.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -68,6 +74,15 @@ pub struct DemoArgs {
     /// Print the figures as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+/// The descriptions a demo's searches may rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Edit {
+    /// The tool under study alone.
+    Target,
+    /// Every tool that owns a task, the target first.
+    All,
 }
 
 /// One objective's headline figures, seed against winner on the held-out split.
@@ -226,6 +241,14 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
             );
         }
     }
+    let mut tools = vec![target.clone()];
+    if args.edit == Edit::All {
+        for owner in suite.tasks.iter().filter_map(|t| t.owner.as_ref()) {
+            if !tools.contains(owner) {
+                tools.push(owner.clone());
+            }
+        }
+    }
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
     let stop2 = stop.clone();
@@ -235,8 +258,16 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
         }
     });
     eprintln!(
-        "tooltune demo: optimising `{target}` of the {} suite ({} tasks) twice, for task success and for \
+        "tooltune demo: optimising {} of the {} suite ({} tasks) twice, for task success and for \
          selection rate, from seed {} with {} rollouts and {} each (plus the held-out comparison).",
+        if tools.len() == 1 {
+            format!("`{target}`")
+        } else {
+            format!(
+                "{} (selection measured for `{target}`)",
+                tools.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" and ")
+            )
+        },
         suite.name,
         suite.tasks.len(),
         args.seed,
@@ -261,7 +292,7 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     for (i, objective) in objectives.into_iter().enumerate() {
         let cfg = RunConfig {
             suite: suite_path.clone(),
-            tools: vec![target.clone()],
+            tools: tools.clone(),
             target: target.clone(),
             objective,
             seed: args.seed,

@@ -311,9 +311,17 @@ pub fn p_text(p: f64) -> String {
     }
 }
 
-/// Seed against `other` on the held-out split: both metrics with intervals and the paired tests' p-values.
+/// Seed against `other` on the held-out split: both metrics with intervals and the paired tests' p-values. Task
+/// success and the played rates are over the rolled-out tasks; the exact rows over every held-out task.
 fn print_comparison(t: &tooltune_driver::Comparison, other: &str) {
-    println!("held-out {} split ({} tasks):", t.split, t.seed.tasks);
+    if t.seed.rollouts < t.seed.tasks {
+        println!(
+            "held-out {} split ({} tasks; {} rolled out, the rest screened):",
+            t.split, t.seed.tasks, t.seed.rollouts
+        );
+    } else {
+        println!("held-out {} split ({} tasks):", t.split, t.seed.tasks);
+    }
     println!("                     seed                 {other}");
     println!(
         "  task success       {:<20} {:<20} p {} (exact McNemar)",
@@ -332,6 +340,28 @@ fn print_comparison(t: &tooltune_driver::Comparison, other: &str) {
         rate(&t.seed.off_target),
         rate(&t.winner.off_target)
     );
+    let exact = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"));
+    if t.seed.expected_routing.is_some() {
+        println!(
+            "  routing (exact)    {:<20} {:<20} p {} (paired permutation, every held-out task)",
+            exact(t.seed.expected_routing),
+            exact(t.winner.expected_routing),
+            t.routing_p_value.map_or_else(|| "-".to_string(), p_text)
+        );
+    }
+    if let (Some(a), Some(b)) = (&t.seed.expected, &t.winner.expected) {
+        println!(
+            "  selection (exact)  {:<20} {:<20}",
+            exact(Some(a.all)),
+            exact(Some(b.all))
+        );
+        println!(
+            "  off-target (exact) {:<20} {:<20} p {}",
+            exact(a.off_target),
+            exact(b.off_target),
+            t.off_target_p_value.map_or_else(|| "-".to_string(), p_text)
+        );
+    }
 }
 
 async fn from_traces(

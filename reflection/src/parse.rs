@@ -313,13 +313,14 @@ fn preface() -> &'static Regex {
     )
 }
 
-/// "The new description of search_docs should be ..." (a real 1.5B opening). Only a preface when a colon or
-/// a quote follows; "should be updated to ..." is commentary, left for the meta-talk check.
+/// "The new description of search_docs should be ...", "The description of search_docs now states: ...", "The
+/// new version of search_docs is ..." (real 1.5B openings). Only a preface when a colon or a quote follows;
+/// "should be updated to ..." is commentary, left for the meta-talk check.
 fn announce() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
         &R,
-        r"(?i)^(?:the\s+)?(?:new|updated|improved|revised|better)\s+description\s+(?:of|for)\s+\S+\s+(?:should\s+be|would\s+be|could\s+be|is)(?:\s*:)?\s*",
+        r"(?i)^(?:the\s+)?(?:(?:new|updated|improved|revised|better)\s+)?(?:description|version)\s+(?:of|for)\s+\S+\s+(?:now\s+)?(?:should\s+be|would\s+be|could\s+be|is|states|reads|says)(?:\s*:)?\s*",
     )
 }
 
@@ -334,6 +335,20 @@ fn strip_preface(para: &str) -> String {
         }
     }
     p.trim().to_string()
+}
+
+/// `"First sentence." More text` (a quoted opening followed by the rest, from the announcing replies above):
+/// the pair of quotes goes, the text stays. Only when the text opens with a quote and holds exactly one more.
+fn unquote_opening(d: &str) -> String {
+    for (open, close) in [('"', '"'), ('\u{201c}', '\u{201d}')] {
+        if let Some(rest) = d.strip_prefix(open)
+            && rest.matches(close).count() == 1
+            && rest.matches(open).count() == usize::from(open == close)
+        {
+            return rest.replacen(close, "", 1).trim().to_string();
+        }
+    }
+    d.to_string()
 }
 
 /// Takes the description's first paragraph and strips what surrounds it: decoration, our own data markers
@@ -384,6 +399,7 @@ fn clean_description(section: &str, tool: &str, echo_markers: &[String]) -> Stri
     for _ in 0..2 {
         d = unwrap_once(&d).to_string();
     }
+    d = unquote_opening(&d);
     strip_decoration(&d).to_string()
 }
 
@@ -610,6 +626,27 @@ mod tests {
         assert_eq!(d, GOOD);
         let (_, d) = ok(&format!("Description for search_docs: search_docs: {GOOD}"));
         assert_eq!(d, GOOD);
+        // Announcing openings seen from the 1.5B reflector in a demo run (AVX2, December 2026).
+        let (_, d) = ok(&format!(
+            "DIAGNOSIS: vague\nDESCRIPTION: The description of search_docs now states: \"{GOOD}\""
+        ));
+        assert_eq!(d, GOOD);
+        let (_, d) = ok(&format!(
+            "DIAGNOSIS: vague\nDESCRIPTION: The new version of search_docs is \"{GOOD}\""
+        ));
+        assert_eq!(d, GOOD);
+        let (_, d) = ok(
+            "DIAGNOSIS: vague\nDESCRIPTION: The description of search_docs now states: \"Search the \
+             company's internal documentation.\" It covers the engineering handbook and the runbooks.",
+        );
+        assert_eq!(
+            d,
+            "Search the company's internal documentation. It covers the engineering handbook and the runbooks."
+        );
+        // A description that merely quotes something keeps its quotes.
+        let quoted = "Finds pages that contain an exact phrase, such as \"deploy freeze\", in the handbook.";
+        let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: {quoted}"));
+        assert_eq!(d, quoted);
     }
 
     #[test]
