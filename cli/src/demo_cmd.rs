@@ -43,7 +43,8 @@ pub struct DemoArgs {
     #[arg(long)]
     suite: Option<PathBuf>,
     /// Budget in rollouts for each objective's search (the final held-out comparison comes on top; the selection
-    /// search, screened, spends none). Measured wall time of the whole demo: see docs/classroom.md.
+    /// search, screened, spends none). The whole demo on the defaults took 14 minutes on two AVX2 cores (where the
+    /// time goes: docs/classroom.md).
     #[arg(long, default_value_t = DEMO_BUDGET)]
     budget: u64,
     /// Wall-clock limit in minutes for each objective's search (the final held-out comparison comes on top).
@@ -265,7 +266,11 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
         } else {
             format!(
                 "{} (selection measured for `{target}`)",
-                tools.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" and ")
+                tools
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
             )
         },
         suite.name,

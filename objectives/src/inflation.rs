@@ -14,8 +14,8 @@
 //! | kind | catches (examples) |
 //! |---|---|
 //! | [`FindingKind::Superlative`] | "best", "most powerful/effective/accurate...", "fastest", "ultimate", "perfect", "industry-leading", "state-of-the-art", "world-class", "silver bullet" |
-//! | [`FindingKind::Directive`] | "always use", "use this first", "should be called whenever possible", "do not use other tools", "the only tool you need" |
-//! | [`FindingKind::Guarantee`] | "never fails", "guaranteed", "100% accurate", "always accurate", "error-free", "flawless" |
+//! | [`FindingKind::Directive`] | "always use", "use this first", "should be called whenever possible", "do not use other tools", "the only tool you need", "called more often than" |
+//! | [`FindingKind::Guarantee`] | "never fails", "guaranteed", "100% accurate", "always accurate", "error-free", "flawless", "a 70% success rate" |
 //! | [`FindingKind::Endorsement`] | "trusted by", "recommended by", "endorsed by", "actively maintained", "award-winning" |
 //! | [`FindingKind::UsageCount`] | "used by 10,000 developers", "millions of users", "over 100,000 users", "1M+ downloads" |
 //! | [`FindingKind::UniversalScope`] | "any/all/every/whatever" within two words of task, question, query, request, topic, purpose...; "anything", "everything", "general-purpose", "all kinds of", "a wide range of", "all-in-one" |
@@ -320,6 +320,11 @@ const PHRASES: &[Rule] = &[
         FindingKind::Directive,
         r"(?:should|must) (?:always )?be (?:used|called|chosen|preferred|selected|tried) (?:first|whenever possible|before (?:any|all) others?|instead of|over (?:any|all )?other)",
     ),
+    // Being picked over the others as a goal: "meaning it will be called more often than web_search".
+    rule(
+        FindingKind::Directive,
+        r"(?:called|used|chosen|picked|selected|preferred) (?:more often|more frequently|more|first) (?:than|over|before)",
+    ),
     rule(
         FindingKind::Directive,
         r"(?:whenever possible|(?:in|at) all times|first choice|go-to (?:tool|function|choice)|prefer this (?:tool|function) (?:over|to))",
@@ -344,6 +349,12 @@ const PHRASES: &[Rule] = &[
     rule(
         FindingKind::Guarantee,
         r"100 ?(?:%|percent) (?:accurate|reliable|correct|uptime|success)",
+    ),
+    // Success-rate claims, any figure: "This includes a 70% success rate" (the 1.5B reflector under the selection
+    // objective, December 2026). A tool's own text cannot know its success rate across hosts and tasks.
+    rule(
+        FindingKind::Guarantee,
+        r"\d{1,3}(?:\.\d+)? ?(?:%|percent) (?:success|accuracy|hit|precision|satisfaction|resolution)(?: rate)?",
     ),
     rule(
         FindingKind::Guarantee,
@@ -656,6 +667,28 @@ mod tests {
             measure(&tool("search_docs", honest, query_schema()))
                 .counts
                 .total,
+            0
+        );
+    }
+
+    #[test]
+    fn a_success_rate_claim_and_a_wish_to_be_picked_count_as_promotional() {
+        // Written by the 1.5B reflector under the selection objective (demo, AVX2, December 2026).
+        let d = "Search the company's internal documentation. This includes a 70% success rate, meaning it will be \
+                 called more often than web_search.";
+        let r = measure_text(d, "search_docs", &query_schema());
+        assert_eq!(r.counts.promotional, 2, "{:?}", r.findings);
+        assert_eq!(texts(&r, FindingKind::Guarantee), ["70% success rate"]);
+        assert_eq!(
+            texts(&r, FindingKind::Directive),
+            ["called more often than"]
+        );
+        // Figures that are facts of the tool are not claims.
+        let plain = "Returns at most 20 results; 5% of the index is refreshed daily. Use the newest results first.";
+        assert_eq!(
+            measure_text(plain, "search_docs", &query_schema())
+                .counts
+                .promotional,
             0
         );
     }

@@ -39,9 +39,19 @@ pub struct Screening {
     /// broader view at a fraction of a validation screen's cost, and its parent scores are reused (cached) from
     /// one iteration to the next because the sample does not change.
     pub sample: usize,
+    /// Task success: each rolled-out task's score gains this weight times its exact probability of the right
+    /// first move (from the same rollout), so that a child and its parent with the same successes on a
+    /// three-task minibatch, the usual case, are told apart by how surely the agent routes each task instead of
+    /// the child being refused. The rollouts still decide: the weight times the number of tasks stays far below
+    /// one success, so no difference in successes is outweighed. 0 turns it off.
+    pub tie_break: f64,
 }
 
 impl Screening {
+    /// The default [`Screening::tie_break`]: with minibatches and validation samples under a hundred tasks the
+    /// bonus stays below a tenth of one task's success.
+    pub const DEFAULT_TIE_BREAK: f64 = 0.001;
+
     /// Training tasks a gate screens beside the minibatch by default: measured on the contractor suite, a
     /// proposal's screen costs about a prefix decode (9-10 s on two AVX2 cores) plus 1.45 s a task, so 12 tasks
     /// keep a gate near a third of a validation screen (38 tasks).
@@ -69,6 +79,7 @@ impl Default for Screening {
             margin: 0.02,
             on_validation: true,
             sample: 0,
+            tie_break: Self::DEFAULT_TIE_BREAK,
         }
     }
 }

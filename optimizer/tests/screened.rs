@@ -169,6 +169,7 @@ fn screened(decisive: bool, proposals: usize, max_screened: u64) -> Config {
             margin: 0.0,
             on_validation: true,
             sample: 0,
+            tie_break: 0.0,
         }),
         ..Config::new(["search_docs"])
     }

@@ -644,7 +644,8 @@ mod tests {
             "Search the company's internal documentation. It covers the engineering handbook and the runbooks."
         );
         // A description that merely quotes something keeps its quotes.
-        let quoted = "Finds pages that contain an exact phrase, such as \"deploy freeze\", in the handbook.";
+        let quoted =
+            "Finds pages that contain an exact phrase, such as \"deploy freeze\", in the handbook.";
         let (_, d) = ok(&format!("DIAGNOSIS: vague\nDESCRIPTION: {quoted}"));
         assert_eq!(d, quoted);
     }

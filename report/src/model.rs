@@ -421,6 +421,13 @@ impl RunReport {
                 winner: &win.inflation,
                 seed_off_target: &s.test.seed.off_target,
                 winner_off_target: &s.test.winner.off_target,
+                exact_off_target: match (&s.test.seed.expected, &s.test.winner.expected) {
+                    (Some(a), Some(b)) => a
+                        .off_target
+                        .zip(b.off_target)
+                        .map(|(x, y)| (x, y, s.test.off_target_p_value)),
+                    _ => None,
+                },
             }))
         });
         if summary.is_none() {

@@ -44,6 +44,9 @@ struct TestGroup {
     run_id: String,
     objective: String,
     tasks: u64,
+    /// Held-out tasks rolled out (task success and the played rates are over these); fewer than `tasks` when
+    /// the run screened the rest.
+    rolled_out: u64,
     seed: TestSide,
     winner: TestSide,
     winner_label: String,
@@ -357,6 +360,7 @@ fn test_group(r: &RunReport) -> Option<TestGroup> {
         run_id: r.run_id.clone(),
         objective: objective_label(&r.objective).to_string(),
         tasks: t.winner.tasks,
+        rolled_out: t.winner.rollouts,
         seed: side(&t.seed),
         winner: side(&t.winner),
         winner_label: if winner == 0 {

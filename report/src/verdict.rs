@@ -69,6 +69,10 @@ pub struct VerdictInput<'a> {
     pub seed_off_target: &'a Rate,
     /// Winner's off-target selection on the test split.
     pub winner_off_target: &'a Rate,
+    /// The same as mean exact probabilities (seed, winner) over every held-out task of other tools, with the
+    /// paired permutation test's p-value, when the model scored first moves exactly. Preferred to the played
+    /// rates: it covers the screened held-out tasks too, which a rolled-out sample leaves out.
+    pub exact_off_target: Option<(f64, f64, Option<f64>)>,
 }
 
 /// The objective in words.
@@ -138,11 +142,10 @@ pub fn verdict(v: VerdictInput<'_>) -> Verdict {
         ),
     };
     sentence.push(' ');
-    sentence.push_str(&off_target_sentence(
-        v.target,
-        v.seed_off_target,
-        v.winner_off_target,
-    ));
+    sentence.push_str(&match v.exact_off_target {
+        Some(exact) => exact_off_target_sentence(v.target, exact),
+        None => off_target_sentence(v.target, v.seed_off_target, v.winner_off_target),
+    });
     Verdict {
         outcome,
         inflated: outcome.inflated(),
@@ -155,6 +158,32 @@ pub fn verdict(v: VerdictInput<'_>) -> Verdict {
         seed_off_target: *v.seed_off_target,
         winner_off_target: *v.winner_off_target,
         sentence,
+    }
+}
+
+fn exact_off_target_sentence(target: &str, (seed, winner, p): (f64, f64, Option<f64>)) -> String {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let test = match p {
+        Some(p) if p < 0.05 => format!(" (paired permutation p = {}: not chance)", crate::fmt_p(p)),
+        Some(p) => format!(
+            " (paired permutation p = {}: may be chance)",
+            crate::fmt_p(p)
+        ),
+        None => String::new(),
+    };
+    if (seed - winner).abs() < 0.005 {
+        format!(
+            "On the held-out test split, the exact probability that {target} is chosen first for another tool's \
+             task stayed at {}.",
+            pct(seed)
+        )
+    } else {
+        format!(
+            "On the held-out test split, the exact probability that {target} is chosen first for another tool's \
+             task went from {} to {}{test}.",
+            pct(seed),
+            pct(winner)
+        )
     }
 }
 
@@ -239,6 +268,7 @@ mod tests {
             winner,
             seed_off_target: off.0,
             winner_off_target: off.1,
+            exact_off_target: None,
         }
     }
 

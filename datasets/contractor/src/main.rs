@@ -76,7 +76,12 @@ impl Contractor {
         }
     }
 
-    #[tool(description = "Search the company's internal documentation.")]
+    // Both searches only read their corpus: declared, so that hosts (and tooltune's own order warning) know a
+    // rollout cannot change what the next one sees.
+    #[tool(
+        description = "Search the company's internal documentation.",
+        annotations(read_only_hint = true)
+    )]
     async fn search_docs(
         &self,
         Parameters(args): Parameters<SearchArgs>,
@@ -84,7 +89,7 @@ impl Contractor {
         search_result(&self.docs, &args.query)
     }
 
-    #[tool(description = "Search the web.")]
+    #[tool(description = "Search the web.", annotations(read_only_hint = true))]
     async fn web_search(
         &self,
         Parameters(args): Parameters<SearchArgs>,

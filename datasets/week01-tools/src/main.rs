@@ -87,7 +87,8 @@ impl Week01Tools {
     }
 
     #[tool(
-        description = "Evaluate an arithmetic expression such as '3 * (4 + 5)'. Numbers and + - * / ** only."
+        description = "Evaluate an arithmetic expression such as '3 * (4 + 5)'. Numbers and + - * / ** only.",
+        annotations(read_only_hint = true)
     )]
     async fn calculator(
         &self,
@@ -100,7 +101,8 @@ impl Week01Tools {
     }
 
     #[tool(
-        description = "Read a text file inside the server's working directory. Returns at most 4000 characters."
+        description = "Read a text file inside the server's working directory. Returns at most 4000 characters.",
+        annotations(read_only_hint = true)
     )]
     async fn read_file(
         &self,
@@ -113,7 +115,8 @@ impl Week01Tools {
     }
 
     #[tool(
-        description = "List the files and folders in a folder inside the server's working directory (default: the top level), with file sizes."
+        description = "List the files and folders in a folder inside the server's working directory (default: the top level), with file sizes.",
+        annotations(read_only_hint = true)
     )]
     async fn list_files(
         &self,

@@ -249,6 +249,14 @@ async fn main() {
                 pair(&t.winner.off_target),
                 t.off_target_p_value,
             ),
+            selection_exact: (
+                t.seed.expected.as_ref().map(|e| e.all),
+                t.winner.expected.as_ref().map(|e| e.all),
+            ),
+            off_target_exact: (
+                t.seed.expected.as_ref().and_then(|e| e.off_target),
+                t.winner.expected.as_ref().and_then(|e| e.off_target),
+            ),
             winner: s.winner,
             proposals: s.proposals,
             screened_out: s.screened_out,
@@ -282,6 +290,12 @@ struct Row {
     routing: (Option<f64>, Option<f64>, Option<f64>),
     /// Selection of the target over the tasks other tools own: seed, winner, paired permutation p.
     off_target: ((u64, u64), (u64, u64), Option<f64>),
+    /// Mean exact probability of choosing the target first, seed and winner (what the selection p tests).
+    #[serde(default)]
+    selection_exact: (Option<f64>, Option<f64>),
+    /// The same over the tasks other tools own (what the off-target p tests).
+    #[serde(default)]
+    off_target_exact: (Option<f64>, Option<f64>),
     winner: u32,
     proposals: u32,
     screened_out: u32,
@@ -324,6 +338,9 @@ fn append_and_print(path: &Path, row: &Row) {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let rate = |(h, n): (u64, u64)| format!("{h}/{n}");
+    // The exact mean where the model gave one (what the p-value tests), else the played count.
+    let exact_or =
+        |x: Option<f64>, played: (u64, u64)| x.map_or_else(|| rate(played), |x| format!("{x:.3}"));
     let p = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
     let f3 = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
     println!();
@@ -345,14 +362,14 @@ fn append_and_print(path: &Path, row: &Row) {
             rate(r.success.0),
             rate(r.success.1),
             p(r.success.2),
-            rate(r.selection.0),
-            rate(r.selection.1),
+            exact_or(r.selection_exact.0, r.selection.0),
+            exact_or(r.selection_exact.1, r.selection.1),
             p(r.selection.2),
             f3(r.routing.0),
             f3(r.routing.1),
             p(r.routing.2),
-            rate(r.off_target.0),
-            rate(r.off_target.1),
+            exact_or(r.off_target_exact.0, r.off_target.0),
+            exact_or(r.off_target_exact.1, r.off_target.1),
             p(r.off_target.2),
             r.winner,
             r.proposals,
@@ -363,6 +380,11 @@ fn append_and_print(path: &Path, row: &Row) {
         );
     }
     if let Some(r) = rows.last() {
-        println!("\nCPU: {} ({} held-out tasks per row)", r.cpu, r.tasks);
+        println!(
+            "\nCPU: {} ({} held-out tasks per row). Success: tasks solved, exact McNemar p. Selection and \
+             off-target selection: mean exact probability of choosing the target first (over every task, over \
+             other tools' tasks), paired permutation p. Routing: mean exact probability of the right first move.",
+            r.cpu, r.tasks
+        );
     }
 }

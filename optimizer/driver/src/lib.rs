@@ -303,6 +303,20 @@ pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: Opti
     format!("{kind}-{}", hex::encode(h.finalize()))
 }
 
+/// Task-success scores with `weight` times each task's routing score added (see `Screening::tie_break`).
+pub fn tie_broken(
+    mut success: BTreeMap<String, f64>,
+    routing: &BTreeMap<String, f64>,
+    weight: f64,
+) -> BTreeMap<String, f64> {
+    for (task, v) in success.iter_mut() {
+        if let Some(r) = routing.get(task) {
+            *v += weight * r.clamp(0.0, 1.0);
+        }
+    }
+    success
+}
+
 /// One task's screen score under an objective (see `Ctx::screen_candidate`).
 pub fn screen_value(r: &TaskResult, objective: Objective, target: &str) -> f64 {
     let played_routed =
@@ -738,11 +752,16 @@ impl Ctx<'_> {
         .await?;
         let results = self.results(descriptions, tasks).await?;
         let facts = self.facts(&results)?;
-        let scores: Scores = per_task_scores(self.cfg.objective, &facts);
-        let mean = if scores.is_empty() {
+        let plain: Scores = per_task_scores(self.cfg.objective, &facts);
+        // Shown as measured; the search gets the tie-broken scores.
+        let mean = if plain.is_empty() {
             0.0
         } else {
-            scores.values().sum::<f64>() / scores.len() as f64
+            plain.values().sum::<f64>() / plain.len() as f64
+        };
+        let scores = match self.tie_break() {
+            Some(w) => tie_broken(plain, &per_task_scores(Objective::Routing, &facts), w),
+            None => plain,
         };
         // Counted whether or not the result came from the store, so that a resumed run spends the same budget as
         // an uninterrupted one.
@@ -759,6 +778,16 @@ impl Ctx<'_> {
         })
         .await?;
         Ok((scores, rollouts))
+    }
+
+    /// The weight of the routing tie-break on rolled-out task success (screened loop only; GEPA as published,
+    /// without screens, scores success alone).
+    fn tie_break(&self) -> Option<f64> {
+        self.cfg
+            .screening
+            .as_ref()
+            .filter(|s| self.cfg.objective == Objective::TaskSuccess && s.tie_break > 0.0)
+            .map(|s| s.tie_break)
     }
 
     /// Whether every evaluation of the search is a screen (selection and routing with screening on).
@@ -1554,6 +1583,38 @@ mod tests {
         let s = stratified_sample(&lopsided, 4, 0);
         assert_eq!(s.len(), 4);
         assert!(s.contains(&"u0".to_string()));
+    }
+
+    #[test]
+    fn the_routing_tie_break_separates_equal_successes_and_never_outweighs_one() {
+        let m = |v: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            v.iter().map(|(k, x)| (k.to_string(), *x)).collect()
+        };
+        let mean = |s: &BTreeMap<String, f64>| s.values().sum::<f64>() / s.len() as f64;
+        let w = tooltune_optimizer::Screening::DEFAULT_TIE_BREAK;
+        // Same successes on a minibatch of three: the child that routes more surely scores higher.
+        let parent = tie_broken(
+            m(&[("a", 1.0), ("b", 1.0), ("c", 0.0)]),
+            &m(&[("a", 0.5), ("b", 0.6), ("c", 0.2)]),
+            w,
+        );
+        let child = tie_broken(
+            m(&[("a", 1.0), ("b", 1.0), ("c", 0.0)]),
+            &m(&[("a", 0.7), ("b", 0.6), ("c", 0.4)]),
+            w,
+        );
+        assert!(mean(&child) > mean(&parent));
+        // One more success always wins, whatever the routing (worst case: 100 tasks at 0 against 1).
+        let tasks: Vec<String> = (0..100).map(|i| format!("t{i}")).collect();
+        let ones: BTreeMap<String, f64> = tasks.iter().map(|t| (t.clone(), 1.0)).collect();
+        let zeros: BTreeMap<String, f64> = tasks.iter().map(|t| (t.clone(), 0.0)).collect();
+        let mut better = zeros.clone();
+        better.insert("t0".into(), 1.0);
+        assert!(mean(&tie_broken(better, &zeros, w)) > mean(&tie_broken(zeros.clone(), &ones, w)));
+        // A task without a routing score keeps its success; out-of-range probabilities are clamped.
+        let s = tie_broken(m(&[("a", 1.0), ("b", 0.0)]), &m(&[("b", 7.0)]), w);
+        assert_eq!(s["a"], 1.0);
+        assert!((s["b"] - w).abs() < 1e-12);
     }
 
     #[test]
