@@ -87,6 +87,9 @@ const ARGS: &[&str] = &[
     "2",
     "--budget",
     "10",
+    // One of the two held-out tasks rolled out, the other screened: the sampled held-out comparison end to end.
+    "--test-sample",
+    "1",
     "--seed",
     "7",
     "--json",
@@ -175,15 +178,27 @@ async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
         "no screened evaluation: {}",
         b["screened"]
     );
-    // Both objectives are reported, whichever was optimised.
+    // Both objectives are reported, whichever was optimised: success and the played rates from the rolled-out
+    // task, the exact first-move figures (off-target selection included) from both.
     for side in ["seed", "winner"] {
-        for metric in ["success", "selection", "off_target"] {
-            assert!(
-                b["test"][side][metric]["trials"].as_u64().unwrap_or(0) > 0,
-                "test.{side}.{metric} missing: {}",
-                b["test"]
+        let t = &b["test"][side];
+        for metric in ["success", "selection"] {
+            assert_eq!(
+                t[metric]["trials"].as_u64(),
+                Some(1),
+                "test.{side}.{metric}: {t}"
             );
         }
+        assert_eq!(
+            (t["tasks"].as_u64(), t["rollouts"].as_u64()),
+            (Some(2), Some(1)),
+            "{t}"
+        );
+        assert!(
+            t["expected"]["off_target"].as_f64().is_some(),
+            "test.{side}: {t}"
+        );
+        assert!(t["expected_routing"].as_f64().is_some(), "test.{side}: {t}");
     }
     assert!(b["test"]["success_p_value"].as_f64().is_some());
     assert!(b["candidates"].as_array().is_some_and(|c| !c.is_empty()));

@@ -39,11 +39,13 @@ pub struct Screening {
     /// broader view at a fraction of a validation screen's cost, and its parent scores are reused (cached) from
     /// one iteration to the next because the sample does not change.
     pub sample: usize,
-    /// Task success: each rolled-out task's score gains this weight times its exact probability of the right
-    /// first move (from the same rollout), so that a child and its parent with the same successes on a
+    /// Task success: each rolled-out task's score becomes `(1 - w) x success + w x` its exact probability of the
+    /// right first move (from the same rollout), so that a child and its parent with the same successes on a
     /// three-task minibatch, the usual case, are told apart by how surely the agent routes each task instead of
-    /// the child being refused. The rollouts still decide: the weight times the number of tasks stays far below
-    /// one success, so no difference in successes is outweighed. 0 turns it off.
+    /// the child being refused. The rollouts still decide: over fewer than (1 - w) / w tasks no routing difference
+    /// outweighs one success. 0 turns it off. A checkpoint written before the
+    /// field existed reads as 0, so a resumed run keeps scoring the way it started.
+    #[serde(default)]
     pub tie_break: f64,
 }
 
@@ -283,5 +285,17 @@ mod tests {
                 .expect("parses");
         assert_eq!((c.minibatch_size, c.budget.max_rollouts), (3, Some(100)));
         assert!(serde_json::from_str::<Config>(r#"{"tools": ["a"], "minibatch": 3}"#).is_err());
+    }
+
+    #[test]
+    fn a_screening_saved_before_the_tie_break_resumes_without_one_and_new_ones_have_it() {
+        let old: Screening =
+            serde_json::from_str(r#"{"proposals": 4, "decisive": false, "margin": 0.02}"#)
+                .expect("parses");
+        assert_eq!(old.tie_break, 0.0);
+        assert_eq!(
+            Screening::for_objective(false, 4).tie_break,
+            Screening::DEFAULT_TIE_BREAK
+        );
     }
 }

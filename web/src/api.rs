@@ -108,6 +108,9 @@ pub(crate) async fn post_traces(
 pub(crate) struct ToolsQuery {
     #[serde(default)]
     tool: Option<String>,
+    /// `use` (default, as `traces stats`): tooltune's labels count where the producer wrote no outcome; `ignore`.
+    #[serde(default)]
+    labels: Option<String>,
 }
 
 /// `GET /api/tools`: what `tooltune traces stats --json` prints.
@@ -116,10 +119,16 @@ pub(crate) async fn tools(
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, WebError> {
     let Query(q) = query.map_err(|e| WebError::BadRequest(e.body_text()))?;
-    let stats = s.store.tool_stats(q.tool.as_deref()).await?;
+    let labels: tooltune_store::LabelUse = match q.labels.as_deref() {
+        None => tooltune_store::LabelUse::Use,
+        Some(l) => l
+            .parse()
+            .map_err(|e| WebError::BadRequest(format!("labels={e}")))?,
+    };
+    let stats = s.store.tool_stats_with(q.tool.as_deref(), labels).await?;
     let trajectories = s.store.count_trajectories().await?;
     Ok(Json(
-        json!({ "trajectories": trajectories, "tools": stats }),
+        json!({ "trajectories": trajectories, "labels": labels, "tools": stats }),
     ))
 }
 

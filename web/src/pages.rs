@@ -135,9 +135,30 @@ fn render(state: &AppState, name: &str, ctx: Value) -> PageResult {
     Ok(Html(state.templates.get_template(name)?.render(ctx)?))
 }
 
+/// Where a tool's success verdicts came from, in words ("12 from producers, 4 from a judge's labels"), or
+/// nothing when every verdict is the producer's: labels are shown as labels, never passed off as outcomes.
+fn verdict_sources(v: &tooltune_store::VerdictCounts) -> String {
+    if v.judge.judged == 0 && v.heuristic.judged == 0 {
+        return String::new();
+    }
+    let mut parts = vec![format!("{} from producers", v.producer.judged)];
+    if v.judge.judged > 0 {
+        parts.push(format!("{} from a judge's labels", v.judge.judged));
+    }
+    if v.heuristic.judged > 0 {
+        parts.push(format!("{} from heuristic labels", v.heuristic.judged));
+    }
+    parts.join(", ")
+}
+
 /// `GET /`: the tools with their selection share and success, and the recent runs.
 pub(crate) async fn home(State(s): State<AppState>) -> PageResult {
-    let stats = s.store.tool_stats(None).await?;
+    // As `traces stats` counts by default: a stored label where the producer wrote no outcome, each verdict's
+    // source shown beside the rate.
+    let stats = s
+        .store
+        .tool_stats_with(None, tooltune_store::LabelUse::Use)
+        .await?;
     let trajectories = s.store.count_trajectories().await?;
     // The total row of each tool, with how many description versions it has.
     let mut versions: BTreeMap<String, usize> = BTreeMap::new();
@@ -154,6 +175,7 @@ pub(crate) async fn home(State(s): State<AppState>) -> PageResult {
                 "chosen": t.chosen,
                 "selection_share": t.selection_share,
                 "success_when_chosen": t.success_when_chosen,
+                "verdict_sources": verdict_sources(&t.verdicts),
                 "versions": versions.get(&t.tool).copied().unwrap_or(0),
             })
         })
@@ -186,7 +208,10 @@ pub(crate) async fn home(State(s): State<AppState>) -> PageResult {
 
 /// `GET /tools/{name}`: each description version of a tool, how it fared, and recent trajectories that showed it.
 pub(crate) async fn tool(State(s): State<AppState>, Path(name): Path<String>) -> PageResult {
-    let stats = s.store.tool_stats(Some(&name)).await?;
+    let stats = s
+        .store
+        .tool_stats_with(Some(&name), tooltune_store::LabelUse::Use)
+        .await?;
     let Some(total) = stats.iter().find(|t| t.description_id.is_none()) else {
         return Err(WebError::NotFound(format!("tool `{name}`")).into());
     };
@@ -250,6 +275,7 @@ pub(crate) async fn tool(State(s): State<AppState>, Path(name): Path<String>) ->
         context! {
             tool => name,
             total => Value::from_serialize(total),
+            verdict_sources => verdict_sources(&total.verdicts),
             versions => Value::from_serialize(&versions),
             highlights,
             diffs,

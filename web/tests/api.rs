@@ -246,13 +246,23 @@ async fn check_ingest(t: &TestServer) {
     assert_eq!(v["added"], 0, "{v}");
     assert_eq!(v["already_present"], 16, "{v}");
 
-    // `GET /api/tools` is what `tooltune traces stats --json` prints: the store's statistics, unchanged.
-    let api = t.get_json("/api/tools").await;
-    let direct = json!({
-        "trajectories": t.store.count_trajectories().await.expect("count"),
-        "tools": t.store.tool_stats(None).await.expect("stats"),
-    });
-    assert!(same_json(&api, &direct), "{api}\n!=\n{direct}");
+    // `GET /api/tools` is what `tooltune traces stats --json` prints: the store's statistics, unchanged, with
+    // tooltune's labels counted where the producer wrote no outcome unless `labels=ignore`.
+    let trajectories = t.store.count_trajectories().await.expect("count");
+    for (query, labels) in [
+        ("", tooltune_store::LabelUse::Use),
+        ("?labels=use", tooltune_store::LabelUse::Use),
+        ("?labels=ignore", tooltune_store::LabelUse::Ignore),
+    ] {
+        let api = t.get_json(&format!("/api/tools{query}")).await;
+        let direct = json!({
+            "trajectories": trajectories,
+            "labels": labels,
+            "tools": t.store.tool_stats_with(None, labels).await.expect("stats"),
+        });
+        assert!(same_json(&api, &direct), "{query}: {api}\n!=\n{direct}");
+    }
+    assert_eq!(t.get("/api/tools?labels=sometimes").await.status(), 400);
     let one = t.get_json("/api/tools?tool=calculator").await;
     assert!(
         one["tools"]

@@ -303,15 +303,18 @@ pub fn rollout_key(kind: &str, world: &str, task: &str, rollout: u32, seed: Opti
     format!("{kind}-{}", hex::encode(h.finalize()))
 }
 
-/// Task-success scores with `weight` times each task's routing score added (see `Screening::tie_break`).
+/// Task-success scores blended with each task's routing score, `(1 - weight) x success + weight x routing`, so
+/// scores stay in [0, 1] as the search requires (see `Screening::tie_break`). With `weight` w, one more success
+/// outweighs any routing difference over fewer than (1 - w) / w tasks (998 at the default).
 pub fn tie_broken(
     mut success: BTreeMap<String, f64>,
     routing: &BTreeMap<String, f64>,
     weight: f64,
 ) -> BTreeMap<String, f64> {
+    let w = weight.clamp(0.0, 1.0);
     for (task, v) in success.iter_mut() {
         if let Some(r) = routing.get(task) {
-            *v += weight * r.clamp(0.0, 1.0);
+            *v = (1.0 - w) * *v + w * r.clamp(0.0, 1.0);
         }
     }
     success
@@ -1611,10 +1614,16 @@ mod tests {
         let mut better = zeros.clone();
         better.insert("t0".into(), 1.0);
         assert!(mean(&tie_broken(better, &zeros, w)) > mean(&tie_broken(zeros.clone(), &ones, w)));
-        // A task without a routing score keeps its success; out-of-range probabilities are clamped.
-        let s = tie_broken(m(&[("a", 1.0), ("b", 0.0)]), &m(&[("b", 7.0)]), w);
+        // A task without a routing score keeps its success; out-of-range probabilities are clamped; every score
+        // stays in [0, 1] (the search refuses others).
+        let s = tie_broken(
+            m(&[("a", 1.0), ("b", 0.0), ("c", 1.0)]),
+            &m(&[("b", 7.0), ("c", 1.0)]),
+            w,
+        );
         assert_eq!(s["a"], 1.0);
         assert!((s["b"] - w).abs() < 1e-12);
+        assert!(s["c"] <= 1.0 && s["c"] > 1.0 - 1e-12, "{}", s["c"]);
     }
 
     #[test]
