@@ -163,12 +163,18 @@ pub fn verdict(v: VerdictInput<'_>) -> Verdict {
 
 fn exact_off_target_sentence(target: &str, (seed, winner, p): (f64, f64, Option<f64>)) -> String {
     let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    // "p = 0.012" or "p < 0.001", as fmt_p writes the smallest values.
+    let p_text = |p: f64| {
+        let f = crate::fmt_p(p);
+        if f.starts_with('<') {
+            format!("p {f}")
+        } else {
+            format!("p = {f}")
+        }
+    };
     let test = match p {
-        Some(p) if p < 0.05 => format!(" (paired permutation p = {}: not chance)", crate::fmt_p(p)),
-        Some(p) => format!(
-            " (paired permutation p = {}: may be chance)",
-            crate::fmt_p(p)
-        ),
+        Some(p) if p < 0.05 => format!(" (paired permutation {}: not chance)", p_text(p)),
+        Some(p) => format!(" (paired permutation {}: may be chance)", p_text(p)),
         None => String::new(),
     };
     if (seed - winner).abs() < 0.005 {
@@ -273,6 +279,19 @@ mod tests {
     }
 
     const SEED: &str = "Search the company's internal documentation.";
+
+    #[test]
+    fn the_exact_off_target_sentence_gives_the_change_and_its_test() {
+        let s = exact_off_target_sentence("search_docs", (0.434, 0.638, Some(0.0001)));
+        assert!(
+            s.contains("went from 43% to 64% (paired permutation p < 0.001: not chance)"),
+            "{s}"
+        );
+        let s = exact_off_target_sentence("search_docs", (0.434, 0.45, Some(0.3)));
+        assert!(s.contains("p = 0.300: may be chance"), "{s}");
+        let s = exact_off_target_sentence("search_docs", (0.434, 0.436, None));
+        assert!(s.contains("stayed at 43%"), "{s}");
+    }
 
     #[test]
     fn an_inflated_winner_is_called_inflated_with_its_figures() {

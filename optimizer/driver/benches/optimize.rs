@@ -163,7 +163,14 @@ async fn main() {
         s.stop_reason,
         s.candidates.len()
     );
-    // Every candidate with its description of the target and the reflector's diagnosis: what the figures are about.
+    // Every candidate with its description of the target, any other tool's text that differs from the seed's
+    // (with every tool editable), and the reflector's diagnosis: what the figures are about.
+    let seed_texts = s
+        .candidates
+        .iter()
+        .find(|c| c.id == 0)
+        .map(|c| c.descriptions.clone())
+        .unwrap_or_default();
     for c in &s.candidates {
         let cut = |t: &str| t.chars().take(220).collect::<String>();
         println!(
@@ -175,6 +182,11 @@ async fn main() {
                 .map_or_else(|| "-".to_string(), |m| format!("{m:.3}")),
             cut(c.descriptions.get(&target).map_or("", String::as_str)),
         );
+        for (tool, text) in &c.descriptions {
+            if *tool != target && seed_texts.get(tool) != Some(text) {
+                println!("      {tool}: {:?}", cut(text));
+            }
+        }
         if let Some(d) = &c.diagnosis {
             println!("      diagnosis: {:?}", cut(d));
         }
