@@ -519,7 +519,11 @@ pub async fn evaluate(
                     .fold(0.0, f64::max);
                 if rollouts.iter().any(|r| r.infra_failure.is_some()) && !server.is_alive().await {
                     // The next chunk needs a live server; the failed rollouts stay marked as infrastructure errors.
-                    let _ = server.restart().await;
+                    // A failed restart is not this chunk's error: the next chunk's calls then fail as
+                    // infrastructure errors and the restart is tried again after it, so it is logged, not returned.
+                    if let Err(e) = server.restart().await {
+                        tracing::warn!("restarting the MCP server after it died: {e}");
+                    }
                 }
                 let mut to_store = Vec::with_capacity(rollouts.len());
                 let mut worlds = worlds.into_iter();

@@ -169,10 +169,17 @@ impl Jobs {
             return;
         };
         if stop.is_set() {
-            // Stopped while queued: nothing was spent, so there is nothing to report on either.
-            let _ = store
+            // Stopped while queued: nothing was spent, so there is nothing to report on either. If the store
+            // refuses the status, the run stays `running` and is queued again at the next start; say so.
+            if let Err(e) = store
                 .finish_run(id, "stopped", None, Some("stopped before it started"))
-                .await;
+                .await
+            {
+                tracing::error!(
+                    run = id,
+                    "recording that the run stopped before it started: {e}"
+                );
+            }
             return;
         }
         started.store(true, Ordering::SeqCst);
@@ -200,12 +207,24 @@ impl Jobs {
             tracing::warn!(run = id, "run failed: {e}");
             // The driver records failures of the search itself; failures before it began (the models, the suite,
             // the server's start) would leave the run `running` and resumed again at every start.
-            if let Ok(Some(row)) = store.run(id).await
-                && row.status == "running"
-            {
-                let _ = store
-                    .finish_run(id, "failed", None, Some(&e.to_string()))
-                    .await;
+            match store.run(id).await {
+                Ok(Some(row)) if row.status == "running" => {
+                    if let Err(store_error) = store
+                        .finish_run(id, "failed", None, Some(&e.to_string()))
+                        .await
+                    {
+                        tracing::error!(
+                            run = id,
+                            "recording the run's failure: {store_error}; it stays `running` and is resumed at the \
+                             next start"
+                        );
+                    }
+                }
+                Ok(_) => {}
+                Err(store_error) => tracing::error!(
+                    run = id,
+                    "reading the run back to record its failure: {store_error}; it may stay `running`"
+                ),
             }
         }
     }

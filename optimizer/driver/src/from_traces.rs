@@ -125,9 +125,16 @@ pub async fn from_traces(
                 .await?
         }
         Err(e) => {
-            store
+            // The run's own error is what the caller can act on; `?` here would replace it with the store's.
+            if let Err(store_error) = store
                 .finish_run(&run_id, "failed", None, Some(&e.to_string()))
-                .await?
+                .await
+            {
+                tracing::error!(
+                    run = %run_id,
+                    "recording the run's failure ({e}): {store_error}; the run stays `running`"
+                );
+            }
         }
     }
     result

@@ -1411,10 +1411,17 @@ async fn drive_leased(
             Ok(summary)
         }
         Err(e) => {
-            // The run stays resumable: its checkpoint and stored rollouts are untouched.
-            let _ = store
+            // The run stays resumable: its checkpoint and stored rollouts are untouched. The search's error is
+            // what the caller needs; a store that also refuses the status is logged beside it, not instead of it.
+            if let Err(store_error) = store
                 .finish_run(run_id, "failed", None, Some(&e.to_string()))
-                .await;
+                .await
+            {
+                tracing::error!(
+                    run = run_id,
+                    "recording the run's failure ({e}): {store_error}; the run stays `running`"
+                );
+            }
             Err(e)
         }
     }
