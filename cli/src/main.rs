@@ -9,6 +9,7 @@ mod model_cmd;
 mod optimize_cmd;
 mod paths;
 mod progress;
+mod proxy_cmd;
 mod report_cmd;
 mod search_args;
 mod serve_cmd;
@@ -57,6 +58,9 @@ enum Command {
     },
     /// Fetch or serve the embedded local model.
     Model(model_cmd::ModelArgs),
+    /// Run an MCP server (stdio) behind tooltune: hosts see chosen descriptions, or A/B variants, and each
+    /// session's tool calls are recorded (`tooltune traces stats --by variant`).
+    Proxy(proxy_cmd::ProxyArgs),
     /// Run a suite against its real MCP server with candidate descriptions; per-task outcomes and aggregates.
     Eval(eval_cmd::EvalArgs),
     /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
@@ -128,6 +132,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             command: TracesCommand::Label(args),
         } => label_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Model(args) => model_cmd::run(args).await,
+        Command::Proxy(args) => proxy_cmd::run(&db, args).await,
         Command::Eval(args) => eval_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Optimize(args) => optimize_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Demo(args) => demo_cmd::run(&db, cli.config.as_deref(), args).await,

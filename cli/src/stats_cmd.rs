@@ -4,7 +4,7 @@ use crate::text::one_line;
 use anyhow::Result;
 use clap::Args;
 use std::process::ExitCode;
-use tooltune_objectives::stats::Rate;
+use tooltune_objectives::stats::{Rate, fisher_exact};
 use tooltune_store::{LabelUse, Store, VerdictCounts};
 
 /// Arguments of `tooltune traces stats`.
@@ -20,10 +20,104 @@ pub struct StatsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// tool: logged and evaluated trajectories per tool and description version; variant: the sessions that
+    /// `tooltune proxy` recorded, per A/B variant and tool
+    #[arg(long, default_value = "tool", value_parser = ["tool", "variant"])]
+    by: String,
+}
+
+/// One variant's figures for one tool, compared with the first variant's.
+#[derive(Debug, serde::Serialize)]
+struct VariantRow {
+    variant: String,
+    tool: String,
+    sessions: u64,
+    calls: u64,
+    /// Share of the variant's sessions that called the tool.
+    session_share: Rate,
+    /// Failed calls among the tool's calls.
+    error_rate: Rate,
+    /// Fisher's exact test of session_share against the first variant's (None for the first variant).
+    share_p_vs_first: Option<f64>,
+    /// The same for error_rate.
+    error_p_vs_first: Option<f64>,
+}
+
+async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<ExitCode> {
+    let counts = store.proxy_variant_counts(tool).await?;
+    let mut rows = Vec::new();
+    for c in &counts {
+        let first = counts.iter().find(|f| f.tool == c.tool);
+        let vs_first = |f: &dyn Fn(&tooltune_store::VariantToolCounts) -> (u64, u64)| {
+            first.filter(|f| f.variant != c.variant).map(|base| {
+                let (a, n) = f(base);
+                let (b, m) = f(c);
+                fisher_exact(a, n, b, m)
+            })
+        };
+        rows.push(VariantRow {
+            variant: c.variant.clone(),
+            tool: c.tool.clone(),
+            sessions: c.sessions,
+            calls: c.calls,
+            session_share: Rate::wilson(c.sessions_calling, c.sessions),
+            error_rate: Rate::wilson(c.errors, c.calls),
+            share_p_vs_first: vs_first(&|x| (x.sessions_calling, x.sessions)),
+            error_p_vs_first: vs_first(&|x| (x.errors, x.calls)),
+        });
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "variants": rows }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("no proxy sessions with tool calls yet: run a server behind `tooltune proxy`");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "recorded by `tooltune proxy` (no task text or model turns: calls only); p: Fisher's exact test against \
+         the first variant"
+    );
+    println!(
+        "{:<12} {:<20} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
+        "variant",
+        "tool",
+        "sessions",
+        "calls",
+        "sessions calling it (95% CI)",
+        "p",
+        "error rate (95% CI)",
+        "p"
+    );
+    let p = |x: Option<f64>| x.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+    for r in &rows {
+        println!(
+            "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
+            if r.variant.is_empty() {
+                "(none)"
+            } else {
+                &r.variant
+            },
+            r.tool,
+            r.sessions,
+            r.calls,
+            fmt_rate(&r.session_share),
+            p(r.share_p_vs_first),
+            fmt_rate(&r.error_rate),
+            p(r.error_p_vs_first)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn run(db: &str, args: StatsArgs) -> Result<ExitCode> {
     let store = Store::open(db).await?;
+    if args.by == "variant" {
+        return by_variant(&store, args.tool.as_deref(), args.json).await;
+    }
     let labels: LabelUse = args
         .labels
         .parse()

@@ -5,7 +5,9 @@
 //! tasks, where Wald intervals collapse to zero width or leave [0, 1].
 
 use serde::Serialize;
-use statrs::distribution::{Binomial, ContinuousCDF, DiscreteCDF, Normal};
+use statrs::distribution::{
+    Binomial, ContinuousCDF, Discrete, DiscreteCDF, Hypergeometric, Normal,
+};
 
 /// A rate with its 95% Wilson score interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
@@ -118,9 +120,46 @@ pub fn mcnemar_exact(pairs: impl IntoIterator<Item = (bool, bool)>) -> Paired {
     }
 }
 
+/// Two-sided p-value of Fisher's exact test that two independent groups have the same rate: `hits_a` of
+/// `trials_a` against `hits_b` of `trials_b` (A/B variants over separate sessions, which are not paired). Exact
+/// rather than the normal approximation because a variant often has a few dozen sessions and rates near 0 or 1.
+/// The tables as likely as the observed one or less are summed (the usual two-sided definition); 1.0 when
+/// either group is empty or nothing varies.
+pub fn fisher_exact(hits_a: u64, trials_a: u64, hits_b: u64, trials_b: u64) -> f64 {
+    let (ha, hb) = (hits_a.min(trials_a), hits_b.min(trials_b));
+    let n = trials_a + trials_b;
+    let k = ha + hb;
+    if trials_a == 0 || trials_b == 0 || k == 0 || k == n {
+        return 1.0;
+    }
+    let Ok(h) = Hypergeometric::new(n, k, trials_a) else {
+        return 1.0;
+    };
+    let observed = h.pmf(ha);
+    let lo = trials_a.saturating_sub(n - k);
+    let hi = trials_a.min(k);
+    // A relative tolerance, so tables exactly as likely as the observed one are not lost to rounding.
+    let p: f64 = (lo..=hi)
+        .map(|x| h.pmf(x))
+        .filter(|p| *p <= observed * (1.0 + 1e-7))
+        .sum();
+    p.min(1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fisher_matches_published_values() {
+        // Fisher's tea-tasting table [[3, 1], [1, 3]]: two-sided p = 0.4857.
+        assert!(close(fisher_exact(3, 4, 1, 4), 0.4857));
+        // [[10, 0], [0, 10]]: p = 2 / C(20, 10) = 1.0825e-5.
+        assert!((fisher_exact(10, 10, 0, 10) - 1.0825e-5).abs() < 1e-8);
+        assert_eq!(fisher_exact(5, 10, 5, 10), 1.0);
+        assert_eq!(fisher_exact(0, 0, 3, 4), 1.0);
+        assert_eq!(fisher_exact(0, 5, 0, 7), 1.0);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 5e-4

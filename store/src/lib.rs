@@ -10,6 +10,7 @@ mod body;
 mod cache;
 mod import;
 mod labels;
+mod proxy;
 mod runs;
 mod stats;
 mod writeback;
@@ -17,6 +18,7 @@ mod writeback;
 pub use cache::CachedResult;
 pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
 pub use labels::{Failing, Label, LabelSource, LabelUse, NewLabel, Tally, ToLabel, VerdictCounts};
+pub use proxy::{NewProxySession, ProxyCall, SessionFacts, VariantToolCounts};
 pub use runs::{RolloutRow, RunRow};
 pub use stats::ToolStats;
 
