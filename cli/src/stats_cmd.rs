@@ -81,8 +81,20 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
         "recorded by `tooltune proxy` (no task text or model turns: calls only); p: Fisher's exact test against \
          the first variant"
     );
+    let tw = rows
+        .iter()
+        .map(|r| r.tool.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let vw = rows
+        .iter()
+        .map(|r| r.variant.chars().count())
+        .max()
+        .unwrap_or(6)
+        .max(7);
     println!(
-        "{:<12} {:<20} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
+        "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
         "variant",
         "tool",
         "sessions",

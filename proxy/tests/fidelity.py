@@ -25,32 +25,39 @@ async def session_run(command):
     async def progress(p, total, message):
         seen["progress"].append(p)
 
+    async def attempt(coro):
+        # A server without resources or prompts answers with an error; it must be the same error on both paths.
+        try:
+            return (await coro).model_dump(mode="json")
+        except Exception as e:  # noqa: BLE001 - the error is the observation
+            return {"error": type(e).__name__, "message": str(e)}
+
     params = StdioServerParameters(command=command[0], args=command[1:], env={"PATH": "/usr/bin:/bin"})
     out = {}
     async with stdio_client(params) as (r, w):
         async with ClientSession(r, w, sampling_callback=sampling, logging_callback=logging) as s:
             init = await s.initialize()
             out["initialize"] = init.model_dump(mode="json")
-            out["tools"] = (await s.list_tools()).model_dump(mode="json")
+            out["tools"] = await attempt(s.list_tools())
             names = [t["name"] for t in out["tools"]["tools"]]
-            out["echo"] = (await s.call_tool("echo", {"message": "hi"})).model_dump(mode="json")
-            out["sum"] = (await s.call_tool("get-sum", {"a": 2, "b": 3})).model_dump(mode="json")
-            out["unknown_tool"] = (await s.call_tool("no-such-tool", {})).model_dump(mode="json")
+            out["echo"] = await attempt(s.call_tool("echo", {"message": "hi"}))
+            out["sum"] = await attempt(s.call_tool("get-sum", {"a": 2, "b": 3}))
+            out["unknown_tool"] = await attempt(s.call_tool("no-such-tool", {}))
             if "trigger-long-running-operation" in names:
-                out["long"] = (await s.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=progress)).model_dump(mode="json")
+                out["long"] = await attempt(s.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=progress))
             if "trigger-sampling-request" in names:
-                out["sampling"] = (await s.call_tool("trigger-sampling-request", {"prompt": "x", "maxTokens": 5})).model_dump(mode="json")
-            out["resources"] = (await s.list_resources()).model_dump(mode="json")
-            first = out["resources"]["resources"][0]["uri"] if out["resources"]["resources"] else None
+                out["sampling"] = await attempt(s.call_tool("trigger-sampling-request", {"prompt": "x", "maxTokens": 5}))
+            out["resources"] = await attempt(s.list_resources())
+            first = (out["resources"].get("resources") or [{}])[0].get("uri")
             if first:
-                out["read"] = (await s.read_resource(first)).model_dump(mode="json")
-            out["prompts"] = (await s.list_prompts()).model_dump(mode="json")
-            p = out["prompts"]["prompts"]
+                out["read"] = await attempt(s.read_resource(first))
+            out["prompts"] = await attempt(s.list_prompts())
+            p = out["prompts"].get("prompts") or []
             if p:
                 args = {a["name"]: "x" for a in (p[0].get("arguments") or []) if a.get("required")}
-                out["prompt"] = (await s.get_prompt(p[0]["name"], args)).model_dump(mode="json")
-            await s.set_logging_level("debug")
-            await s.send_ping()
+                out["prompt"] = await attempt(s.get_prompt(p[0]["name"], args))
+            out["logging"] = await attempt(s.set_logging_level("debug"))
+            out["ping"] = await attempt(s.send_ping())
     out["seen"] = seen
     return out
 

@@ -1,0 +1,394 @@
+//! `tooltune proxy` end to end over stdio: protocol fidelity with the official Python SDK's client against npm
+//! `server-everything` and our contractor server, the start-up check of tool names, a server that dies mid-session,
+//! A/B variants separated by `traces stats --by variant`, and the embedded agent driving sessions through the proxy.
+//! Needs `scripts/setup` (the Python SDK comes with the time server's virtualenv, server-everything with the
+//! node servers).
+
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli has a parent")
+        .to_path_buf()
+}
+
+fn tooltune() -> &'static str {
+    env!("CARGO_BIN_EXE_tooltune")
+}
+
+/// The contractor server, built beside the binary under test.
+fn contractor() -> Vec<String> {
+    let exe = PathBuf::from(tooltune());
+    let dir = exe.parent().expect("bin dir").to_path_buf();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace())
+        .args(["build", "-q", "-p", "contractor"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().expect("cargo").success(),
+        "building contractor"
+    );
+    vec![
+        dir.join("contractor").display().to_string(),
+        "--data".into(),
+        workspace()
+            .join("datasets/contractor/data")
+            .display()
+            .to_string(),
+    ]
+}
+
+fn third_party() -> PathBuf {
+    std::env::var_os("TOOLTUNE_THIRD_PARTY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("datasets/.third-party"))
+}
+
+fn python_sdk() -> PathBuf {
+    let p = third_party().join("time/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/setup (it installs the Python MCP SDK with the time server)",
+        p.display()
+    );
+    p
+}
+
+fn everything() -> Vec<String> {
+    let entry = third_party()
+        .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.exists(),
+        "{} is missing: run scripts/setup",
+        entry.display()
+    );
+    vec!["node".into(), entry.display().to_string(), "stdio".into()]
+}
+
+fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, v.to_string()).expect("write");
+    p
+}
+
+fn fidelity(server: &[String], overrides: Value) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ov = write(dir.path(), "ov.json", &overrides);
+    let db = dir.path().join("t.db");
+    let out = Command::new(python_sdk())
+        .arg(workspace().join("proxy/tests/fidelity.py"))
+        .arg(tooltune())
+        .arg(&db)
+        .arg(&ov)
+        .arg("--")
+        .args(server)
+        .env("TOOLTUNE_LOG", "error")
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fidelity check failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("report")
+}
+
+#[test]
+fn the_python_sdk_gets_the_same_answers_through_the_proxy_except_rewritten_descriptions() {
+    let r = fidelity(
+        &everything(),
+        json!({"echo": "Repeats the message back, unchanged."}),
+    );
+    assert_eq!(r["differences"], json!([]));
+    assert_eq!(r["rewritten"], json!(["echo"]));
+    // Server-to-client requests and notifications crossed the proxy: sampling was answered, progress arrived.
+    assert_eq!(r["sampling_requests"], 1);
+    assert_eq!(r["progress"].as_array().map(Vec::len), Some(3));
+    for k in [
+        "initialize",
+        "tools",
+        "echo",
+        "sum",
+        "unknown_tool",
+        "resources",
+        "read",
+        "prompts",
+        "prompt",
+    ] {
+        assert!(
+            r["compared"].as_array().expect("list").contains(&json!(k)),
+            "{k} not compared: {r}"
+        );
+    }
+}
+
+/// One raw stdio session through the proxy: sends `lines`, returns every line the host received.
+fn session(db: &Path, proxy_args: &[&str], server: &[String], lines: &[Value]) -> Vec<Value> {
+    let mut child = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(db)
+        .arg("proxy")
+        .args(proxy_args)
+        .arg("--")
+        .args(server)
+        .env("TOOLTUNE_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in lines {
+        writeln!(stdin, "{l}").expect("send");
+    }
+    // Give the server time to answer before the host hangs up (the proxy then stops the server).
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "proxy failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("host got non-JSON {l:?}: {e}")))
+        .collect()
+}
+
+fn init() -> Value {
+    json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}})
+}
+
+#[test]
+fn our_rmcp_server_answers_the_same_through_the_proxy_and_names_a_missing_tool_at_start() {
+    let r = fidelity(
+        &contractor(),
+        json!({"search_docs": "Search Quillmark's internal engineering documentation."}),
+    );
+    // The contractor has no echo: the script's calls to tools it lacks must fail the same way on both paths.
+    assert_eq!(r["differences"], json!([]));
+    assert_eq!(r["rewritten"], json!(["search_docs"]));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ov = write(dir.path(), "ov.json", &json!({"serch_docs": "typo"}));
+    let out = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(dir.path().join("t.db"))
+        .args(["proxy", "--overrides"])
+        .arg(&ov)
+        .arg("--")
+        .args(contractor())
+        .stdin(Stdio::null())
+        .output()
+        .expect("proxy");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no tool serch_docs") && err.contains("search_docs, web_search"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_that_dies_gets_its_requests_failed_and_the_proxy_keeps_answering_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A server that answers initialize and exits.
+    let server: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        r#"read l; echo '{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"0"}}}'; exit 3"#.into(),
+    ];
+    let got = session(
+        &dir.path().join("t.db"),
+        &["--no-check"],
+        &server,
+        &[
+            init(),
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        ],
+    );
+    assert_eq!(got.len(), 1, "{got:?}");
+    // Now a session whose requests come after the server is gone: each gets an error, and garbage gets -32700.
+    let mut child = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(dir.path().join("t.db"))
+        .args(["proxy", "--no-check", "--"])
+        .args(&server)
+        .env("TOOLTUNE_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("proxy");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{}", init()).expect("send");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for id in 1..=2 {
+        writeln!(
+            stdin,
+            "{}",
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"a","arguments":{}}})
+        )
+        .expect("send");
+    }
+    writeln!(stdin, "not json").expect("send");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let errors: Vec<(Value, i64)> = lines
+        .iter()
+        .filter_map(|l| Some((l["id"].clone(), l["error"]["code"].as_i64()?)))
+        .collect();
+    assert!(errors.contains(&(json!(1), -32603)), "{lines:?}");
+    assert!(errors.contains(&(json!(2), -32603)), "{lines:?}");
+    assert!(errors.contains(&(Value::Null, -32700)), "{lines:?}");
+}
+
+#[test]
+fn variants_are_assigned_by_session_key_recorded_and_separated_by_stats() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("t.db");
+    let b_text = "Search Quillmark's internal engineering documentation.";
+    let b = write(dir.path(), "b.json", &json!({"search_docs": b_text}));
+    let variant_b = format!("b={}", b.display());
+    let server = contractor();
+    let mut shown_by_variant: Vec<(String, String)> = Vec::new();
+    for k in 0..8 {
+        let key = format!("key-{k}");
+        let got = session(
+            &db,
+            &[
+                "--variant",
+                "a=-",
+                "--variant",
+                &variant_b,
+                "--session-key",
+                &key,
+                "--redact",
+                "query",
+            ],
+            &server,
+            &[
+                init(),
+                json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+            ],
+        );
+        let listing = got
+            .iter()
+            .find(|l| l["id"] == 1)
+            .expect("tools/list answered");
+        let text = listing["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .find(|t| t["name"] == "search_docs")
+            .expect("search_docs")["description"]
+            .as_str()
+            .expect("text")
+            .to_string();
+        shown_by_variant.push((key, text));
+    }
+    // The same key gets the same variant again.
+    let again = session(
+        &db,
+        &[
+            "--variant",
+            "a=-",
+            "--variant",
+            &variant_b,
+            "--session-key",
+            "key-0",
+        ],
+        &server,
+        &[
+            init(),
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+        ],
+    );
+    let text0 =
+        again.iter().find(|l| l["id"] == 1).expect("listed")["result"]["tools"][0]["description"]
+            .clone();
+    assert_eq!(text0.as_str(), Some(shown_by_variant[0].1.as_str()));
+    let n_b = shown_by_variant.iter().filter(|(_, t)| t == b_text).count();
+    assert!(
+        n_b > 0 && n_b < 8,
+        "all 8 sessions got one variant: {shown_by_variant:?}"
+    );
+
+    // A call per session, then the stats.
+    for (key, _) in &shown_by_variant {
+        session(
+            &db,
+            &[
+                "--variant",
+                "a=-",
+                "--variant",
+                &variant_b,
+                "--session-key",
+                key,
+                "--redact",
+                "query",
+            ],
+            &server,
+            &[
+                init(),
+                json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+                json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_docs","arguments":{"query":"secret words"}}}),
+            ],
+        );
+    }
+    let out = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(&db)
+        .args(["traces", "stats", "--by", "variant", "--json"])
+        .output()
+        .expect("stats");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["variants"].as_array().expect("rows");
+    let row = |variant: &str| {
+        rows.iter()
+            .find(|r| r["variant"] == variant && r["tool"] == "search_docs")
+            .unwrap_or_else(|| panic!("no row for {variant}: {v}"))
+    };
+    // 17 sessions in all: 8 listings, 1 repeat, 8 with a call; each variant's calls are its own.
+    let (a, b) = (row("a"), row("b"));
+    assert_eq!(
+        a["sessions"].as_u64().unwrap_or(0) + b["sessions"].as_u64().unwrap_or(0),
+        17
+    );
+    assert_eq!(b["calls"].as_u64(), Some(n_b as u64));
+    assert_eq!(a["calls"].as_u64(), Some(8 - n_b as u64));
+    assert!(b["share_p_vs_first"].as_f64().is_some());
+    // Arguments were redacted before they were stored.
+    for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("t.db") {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).expect("read");
+        assert!(
+            !bytes.windows(12).any(|w| w == b"secret words"),
+            "a redacted argument reached {}",
+            entry.path().display()
+        );
+    }
+}
