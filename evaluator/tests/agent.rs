@@ -40,8 +40,9 @@ fn only(ids: &[&str]) -> EvalOptions {
     }
 }
 
-/// Whether this CPU runs the llama.cpp kernels the 1.5B's exact greedy answers were measured with (AVX-512).
-fn exact_reference_cpu() -> bool {
+/// Whether this CPU has AVX-512, the llama.cpp kernels the 1.5B's exact answer to the reference task was measured
+/// with.
+fn avx512_cpu() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -53,8 +54,9 @@ fn exact_reference_cpu() -> bool {
 }
 
 /// The lecture's reference task over stdio and over Streamable HTTP with the behaviour model (1.5B): the real
-/// server's results reach the model, which reads notes.txt, adds its numbers up with the calculator and answers
-/// 69504.
+/// server's results reach the model, which reads notes.txt, adds up numbers it read with the calculator and reports
+/// the calculator's result. All of this holds on every CPU; which of the numbers it adds does not, and the exact
+/// answer is `reference_answer_is_69504_on_avx512_cpus`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_task_over_stdio_and_http() {
     let suite = week01_suite();
@@ -126,21 +128,9 @@ async fn reference_task_over_stdio_and_http() {
             t.final_answer.as_deref().unwrap_or("").contains(&result),
             "{name}: the answer does not report the calculator's {result}: {t:?}"
         );
-        // Whether the attendee count is added too (69504, the lecture's answer) is a close call for the 1.5B under
-        // greedy decoding, and llama.cpp's CPU kernels differ by instruction set: on AVX-512 hosts (where this was
-        // measured, and CI) it adds all four numbers; an AVX2-only host was seen to add the three amounts (69500).
-        // The exact answer is held where it was measured and reported elsewhere.
-        if exact_reference_cpu() {
-            assert!(t.success, "{name}: {}", t.feedback);
-            assert!(
-                t.final_answer.as_deref().unwrap_or("").contains("69504"),
-                "{name}: {t:?}"
-            );
-        } else if !t.success {
-            eprintln!(
-                "{name}: on this CPU (no AVX-512) the suite's check says: {}",
-                t.feedback
-            );
+        if !t.success {
+            // Expected on CPUs without AVX-512 (see the next test); reported so a run shows which sum it made.
+            eprintln!("{name}: the suite's check says: {}", t.feedback);
         }
         // The exact first-call probability favours read_file for this task.
         let p = t
@@ -172,6 +162,50 @@ async fn reference_task_over_stdio_and_http() {
     http.shutdown().await;
     http_proc.kill();
     stdio.shutdown().await;
+}
+
+/// The reference task's exact answer, 69504 (all four numbers in notes.txt, the attendee count included), which
+/// the suite's check requires, over stdio.
+///
+/// Named for the CPU it needs because the answer depends on it: whether the 1.5B adds the attendee count too is a
+/// close call under greedy decoding, and llama.cpp's CPU kernels round differently by instruction set, so the
+/// greedy choice can flip. On AVX-512 hosts (where it was measured, and CI) it adds all four numbers; an AVX2-only
+/// host was seen to add the three amounts (69500). On any other CPU this test checks nothing and says so;
+/// `reference_task_over_stdio_and_http` holds what every CPU must do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_answer_is_69504_on_avx512_cpus() {
+    if !avx512_cpu() {
+        eprintln!(
+            "no AVX-512 on this CPU: the reference answer was measured on AVX-512 and is not checked here"
+        );
+        return;
+    }
+    let suite = week01_suite();
+    let agent = model("local").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(dir.path()).await;
+    let server = McpServer::connect(suite.server.clone())
+        .await
+        .expect("stdio server");
+    let r = evaluate(
+        &suite,
+        &server,
+        agent.as_ref(),
+        Some(&store),
+        &Candidate::default(),
+        &only(&["notes-sum"]),
+        |_, _| {},
+    )
+    .await
+    .expect("evaluate");
+    let t = &r.tasks[0];
+    assert_eq!(t.infra_failure, None);
+    assert!(t.success, "{}", t.feedback);
+    assert!(
+        t.final_answer.as_deref().unwrap_or("").contains("69504"),
+        "{t:?}"
+    );
+    server.shutdown().await;
 }
 
 /// A third tool added on the server only (its `--with-list-files` switch) is listed and used by the host, whose

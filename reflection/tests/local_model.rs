@@ -1,7 +1,9 @@
 //! Reflection with the real embedded 1.5B model on a contractor-like case: `search_docs` (seed description
 //! "Search the company's internal documentation.") lost two internal questions to `web_search`, whose
 //! results carried look-alike public facts, and was wrongly taken for a weather question.
-//! Both goals are asked, greedily; the replies are printed (run with `--nocapture` to read them).
+//! Both goals are asked with the default options, and each must yield a parsed description within its attempts
+//! (the first greedy, retries seeded, so a run is repeatable on one machine); the replies are printed (run with
+//! `--nocapture` to read them).
 
 use serde_json::{Value, json};
 use tooltune_core::Trajectory;
@@ -138,7 +140,6 @@ async fn the_local_model_reflects_under_both_goals() {
     let first = request(Goal::TaskSuccess).render().expect("renders");
     eprintln!("=== prompt (task success):\n{}\n", first.user);
 
-    let mut parsed = 0;
     for goal in [Goal::TaskSuccess, Goal::Selection] {
         let req = request(goal);
         let t0 = std::time::Instant::now();
@@ -162,33 +163,29 @@ async fn the_local_model_reflects_under_both_goals() {
             Goal::Selection => "Goal: the agent should choose `search_docs` as often as possible.",
             Goal::Routing => "Goal: for every task the agent should first call the right tool",
         }));
-        match &p.description {
-            Some(d) => {
-                parsed += 1;
-                // Accepted on the last attempt, and only then.
-                let last = p.attempts.last().expect("non-empty");
-                assert_eq!(last.error, None);
-                assert!(
-                    p.attempts[..p.attempts.len() - 1]
-                        .iter()
-                        .all(|a| a.error.is_some())
-                );
-                assert_ne!(d.trim(), SEED);
-                assert!(d.chars().count() <= req.options.max_description_chars);
-                assert!(!d.contains("<<<") && !d.contains(">>>"));
-            }
-            None => {
-                assert_eq!(p.attempts.len(), req.options.max_attempts);
-                assert!(p.attempts.iter().all(|a| a.error.is_some()));
-            }
-        }
+        // Reflecting under a goal means a new description comes out of it, within the attempts allowed.
+        let Some(d) = &p.description else {
+            panic!(
+                "goal {goal:?}: no description parsed in {} attempt(s): {:?}",
+                p.attempts.len(),
+                p.attempts.iter().map(|a| &a.error).collect::<Vec<_>>()
+            );
+        };
+        // Accepted on the last attempt, and only then.
+        let last = p.attempts.last().expect("non-empty");
+        assert_eq!(last.error, None);
+        assert!(
+            p.attempts[..p.attempts.len() - 1]
+                .iter()
+                .all(|a| a.error.is_some())
+        );
+        assert_ne!(d.trim(), SEED);
+        assert!(d.chars().count() <= req.options.max_description_chars);
+        assert!(!d.contains("<<<") && !d.contains(">>>"));
         let stored = serde_json::to_value(&p).expect("serialises");
         assert_eq!(
             stored["template_version"],
             Value::from(tooltune_reflection::TEMPLATE_VERSION)
         );
     }
-    // Greedy decoding makes this deterministic: a broken parse path turns it red rather than into two
-    // recorded failures.
-    assert!(parsed >= 1, "no goal produced a parsed description");
 }
