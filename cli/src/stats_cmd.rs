@@ -35,10 +35,15 @@ struct VariantRow {
     calls: u64,
     /// Share of the variant's sessions that called the tool.
     session_share: Rate,
+    /// The tool's share of all the variant's tool calls (calls within a session are not independent, so read its
+    /// interval as a guide; the session share is the unit of assignment).
+    call_share: Rate,
     /// Failed calls among the tool's calls.
     error_rate: Rate,
     /// Fisher's exact test of session_share against the first variant's (None for the first variant).
     share_p_vs_first: Option<f64>,
+    /// The same for call_share.
+    call_p_vs_first: Option<f64>,
     /// The same for error_rate.
     error_p_vs_first: Option<f64>,
 }
@@ -46,6 +51,13 @@ struct VariantRow {
 async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<ExitCode> {
     let counts = store.proxy_variant_counts(tool).await?;
     let mut rows = Vec::new();
+    let all_calls = |variant: &str| -> u64 {
+        counts
+            .iter()
+            .filter(|x| x.variant == variant)
+            .map(|x| x.calls)
+            .sum()
+    };
     for c in &counts {
         let first = counts.iter().find(|f| f.tool == c.tool);
         let vs_first = |f: &dyn Fn(&tooltune_store::VariantToolCounts) -> (u64, u64)| {
@@ -61,8 +73,10 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
             sessions: c.sessions,
             calls: c.calls,
             session_share: Rate::wilson(c.sessions_calling, c.sessions),
+            call_share: Rate::wilson(c.calls, all_calls(&c.variant)),
             error_rate: Rate::wilson(c.errors, c.calls),
             share_p_vs_first: vs_first(&|x| (x.sessions_calling, x.sessions)),
+            call_p_vs_first: vs_first(&|x| (x.calls, all_calls(&x.variant))),
             error_p_vs_first: vs_first(&|x| (x.errors, x.calls)),
         });
     }
@@ -94,12 +108,14 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
         .unwrap_or(6)
         .max(7);
     println!(
-        "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
+        "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8} {:>28} {:>8}",
         "variant",
         "tool",
         "sessions",
         "calls",
         "sessions calling it (95% CI)",
+        "p",
+        "share of calls (95% CI)",
         "p",
         "error rate (95% CI)",
         "p"
@@ -107,7 +123,7 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
     let p = |x: Option<f64>| x.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     for r in &rows {
         println!(
-            "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8}",
+            "{:<vw$} {:<tw$} {:>8} {:>6} {:>30} {:>8} {:>28} {:>8} {:>28} {:>8}",
             if r.variant.is_empty() {
                 "(none)"
             } else {
@@ -118,6 +134,8 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
             r.calls,
             fmt_rate(&r.session_share),
             p(r.share_p_vs_first),
+            fmt_rate(&r.call_share),
+            p(r.call_p_vs_first),
             fmt_rate(&r.error_rate),
             p(r.error_p_vs_first)
         );

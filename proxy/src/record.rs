@@ -80,7 +80,8 @@ impl Writer {
     }
 }
 
-fn to_row(session: &str, c: Call) -> ProxyCall {
+fn to_row(session: &str, c: Box<Call>) -> ProxyCall {
+    let c = *c;
     ProxyCall {
         session_id: session.to_string(),
         seq: c.seq,

@@ -44,8 +44,8 @@ pub enum Event {
     Tools(BTreeMap<String, (String, DescriptionId)>),
     /// A complete list of tools (no further page) lacked tools that the rewrites name.
     MissingTools(Vec<String>),
-    /// A finished `tools/call`.
-    Call(Call),
+    /// A finished `tools/call` (boxed: it is several times the size of the other events).
+    Call(Box<Call>),
 }
 
 /// A finished `tools/call`, as recorded.
@@ -305,7 +305,7 @@ impl Session {
                     if let Some(r) = result.as_mut() {
                         redact(r, &self.config.redact);
                     }
-                    events.push(Event::Call(Call {
+                    events.push(Event::Call(Box::new(Call {
                         seq,
                         description_id: self.shown.get(&tool).map(|(_, id)| id.clone()),
                         tool,
@@ -314,7 +314,7 @@ impl Session {
                         rpc_error,
                         latency: at.saturating_duration_since(started),
                         result,
-                    }));
+                    })));
                 }
                 Pending::Other => {}
             }
@@ -338,11 +338,11 @@ impl Session {
             let Some(name) = t.get("name").and_then(Value::as_str).map(str::to_string) else {
                 continue;
             };
-            if let Some(text) = self.config.rewrites.get(&name) {
-                if t.get("description").and_then(Value::as_str) != Some(text.as_str()) {
-                    t["description"] = Value::String(text.clone());
-                    changed = true;
-                }
+            if let Some(text) = self.config.rewrites.get(&name)
+                && t.get("description").and_then(Value::as_str) != Some(text.as_str())
+            {
+                t["description"] = Value::String(text.clone());
+                changed = true;
             }
             let spec = ToolSpec {
                 name: name.clone(),
