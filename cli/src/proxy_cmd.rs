@@ -47,8 +47,22 @@ pub struct ProxyArgs {
     /// Do not start the server once at start-up to check that the tools named exist
     #[arg(long)]
     no_check: bool,
-    /// The server's command and arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// Serve Streamable HTTP at this address instead of stdio (with --upstream); a non-loopback address needs
+    /// TOOLTUNE_PROXY_TOKEN, which hosts then send as a bearer token. Port 0 picks a free port; the URL is printed
+    #[arg(long, requires = "upstream", value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// The upstream server's Streamable HTTP endpoint (with --listen)
+    #[arg(long, requires = "listen", value_name = "URL")]
+    upstream: Option<String>,
+    /// The name of an environment variable holding a bearer token for the upstream
+    #[arg(long, requires = "upstream", value_name = "NAME")]
+    upstream_token_env: Option<String>,
+    /// The server's command and arguments, after `--` (stdio)
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
     command: Vec<String>,
 }
 
@@ -134,6 +148,14 @@ pub async fn run(db: &str, args: ProxyArgs) -> Result<ExitCode> {
         }
         args.weights.clone()
     };
+    let record = match args.record.as_str() {
+        "none" => RecordMode::None,
+        "full" => RecordMode::Full,
+        _ => RecordMode::Calls,
+    };
+    if let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) {
+        return serve_http(db, &args, listen, upstream, variants, weights, record).await;
+    }
     if !args.no_check {
         let named: Vec<&String> = variants.iter().flat_map(|v| v.rewrites.keys()).collect();
         if !named.is_empty() {
@@ -161,11 +183,6 @@ pub async fn run(db: &str, args: ProxyArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| session_id.clone());
     let chosen = variants[assign(&key, &weights)].clone();
-    let record = match args.record.as_str() {
-        "none" => RecordMode::None,
-        "full" => RecordMode::Full,
-        _ => RecordMode::Calls,
-    };
     let (recorder, writer) = if record == RecordMode::None {
         (None, None)
     } else {
@@ -216,5 +233,57 @@ pub async fn run(db: &str, args: ProxyArgs) -> Result<ExitCode> {
             ended.server_exit.as_deref().unwrap_or("stopped")
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--listen ADDR --upstream URL`: serves until Ctrl-C, then stores what was recorded.
+async fn serve_http(
+    db: &str,
+    args: &ProxyArgs,
+    listen: std::net::SocketAddr,
+    upstream: String,
+    variants: Vec<Variant>,
+    weights: Vec<f64>,
+    record: RecordMode,
+) -> Result<ExitCode> {
+    // Tokens come from the environment only, so that they never appear in a process list or shell history.
+    let token = std::env::var("TOOLTUNE_PROXY_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let upstream_token = match &args.upstream_token_env {
+        Some(name) => Some(
+            std::env::var(name)
+                .with_context(|| format!("--upstream-token-env {name}: the variable is not set"))?,
+        ),
+        None => None,
+    };
+    let store = match record {
+        RecordMode::None => None,
+        _ => Some(Store::open(db).await?),
+    };
+    let proxy = tooltune_proxy::http::HttpProxy::start(
+        listen,
+        tooltune_proxy::http::HttpOptions {
+            upstream,
+            variants,
+            weights,
+            record,
+            redact: args.redact.clone(),
+            token,
+            upstream_token,
+        },
+        store,
+    )
+    .await?;
+    // The first line on stdout is the URL, so that a script that asked for port 0 can read it.
+    println!("http://{}/mcp", proxy.local_addr());
+    eprintln!(
+        "tooltune proxy: listening on http://{}/mcp; Ctrl-C stops",
+        proxy.local_addr()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    proxy.shutdown().await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -49,7 +49,8 @@ struct VariantRow {
 }
 
 async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<ExitCode> {
-    let counts = store.proxy_variant_counts(tool).await?;
+    // Unfiltered, so that a tool's share of calls is over all the variant's calls even with --tool.
+    let counts = store.proxy_variant_counts(None).await?;
     let mut rows = Vec::new();
     let all_calls = |variant: &str| -> u64 {
         counts
@@ -58,7 +59,7 @@ async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<Exi
             .map(|x| x.calls)
             .sum()
     };
-    for c in &counts {
+    for c in counts.iter().filter(|c| tool.is_none_or(|t| t == c.tool)) {
         let first = counts.iter().find(|f| f.tool == c.tool);
         let vs_first = |f: &dyn Fn(&tooltune_store::VariantToolCounts) -> (u64, u64)| {
             first.filter(|f| f.variant != c.variant).map(|base| {

@@ -392,3 +392,77 @@ fn variants_are_assigned_by_session_key_recorded_and_separated_by_stats() {
         );
     }
 }
+
+#[test]
+fn over_streamable_http_the_python_sdk_sees_the_rewritten_text_and_the_same_calls() {
+    use std::io::BufRead;
+    let server = contractor();
+    let mut upstream = Command::new(&server[0])
+        .args(&server[1..])
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("contractor");
+    let mut url = String::new();
+    std::io::BufReader::new(upstream.stdout.take().expect("stdout"))
+        .read_line(&mut url)
+        .expect("url");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "Search Quillmark's internal engineering documentation.";
+    let ov = write(dir.path(), "ov.json", &json!({"search_docs": text}));
+    let db = dir.path().join("t.db");
+    let mut proxy = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(&db)
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            url.trim(),
+            "--overrides",
+        ])
+        .arg(&ov)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("proxy");
+    let mut purl = String::new();
+    std::io::BufReader::new(proxy.stdout.take().expect("stdout"))
+        .read_line(&mut purl)
+        .expect("proxy url");
+    let out = Command::new(python_sdk())
+        .arg(workspace().join("proxy/tests/fidelity_http.py"))
+        .args([url.trim(), purl.trim(), "search_docs"])
+        .output()
+        .expect("python");
+    // Ctrl-C is how the proxy is stopped; it then stores what it recorded.
+    let _ = Command::new("kill")
+        .args(["-INT", &proxy.id().to_string()])
+        .status();
+    let _ = proxy.wait();
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .expect("report");
+    assert_eq!(r["proxied"], json!([text]));
+    let stats = Command::new(tooltune())
+        .arg("--database-url")
+        .arg(&db)
+        .args(["traces", "stats", "--by", "variant", "--json"])
+        .output()
+        .expect("stats");
+    let v: Value = serde_json::from_slice(&stats.stdout).expect("json");
+    assert_eq!(v["variants"][0]["calls"], 1, "{v}");
+}

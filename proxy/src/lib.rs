@@ -3,10 +3,12 @@
 //! tool calls of each session into the trace store.
 //!
 //! `session` is the pure part (what a message means, what to rewrite, what to record); `stdio` moves bytes
-//! between the host, the proxy and the child server; `record` writes to the store off the forwarding path.
+//! between the host, the proxy and the child server, `http` between a host and an upstream over Streamable HTTP;
+//! `record` writes to the store off the forwarding path.
 
 #![deny(missing_docs)]
 
+pub mod http;
 pub mod record;
 pub mod session;
 pub mod stdio;

@@ -376,6 +376,20 @@ impl Session {
         changed
     }
 
+    /// Stops waiting for these requests (the proxy answered them itself).
+    pub fn forget(&mut self, ids: &[Value]) {
+        for id in ids {
+            self.pending.remove(&id_key(id));
+        }
+    }
+
+    /// Takes over the requests another session object was tracking (over HTTP, the initialize is tracked before
+    /// the server has named the session).
+    pub fn adopt_pending(&mut self, other: &mut Session) {
+        self.pending.extend(other.pending.drain());
+        self.next_seq = self.next_seq.max(other.next_seq);
+    }
+
     /// Takes every request still waiting for an answer, e.g. to answer them with errors when the server exits.
     pub fn take_pending(&mut self) -> Vec<Value> {
         self.pending.drain().map(|(_, w)| w.id).collect()
