@@ -661,6 +661,20 @@ mod tests {
         assert_eq!(t.id().as_str(), want(&t));
         t.tools[0].description = "Changed.".into();
         assert_eq!(t.id().as_str(), want(&t));
+        // Tool hints sort between `task` and `tools`: the tool list is still appended last.
+        t.tool_annotations.insert(
+            "b".into(),
+            crate::ToolAnnotations {
+                read_only_hint: Some(false),
+                destructive_hint: Some(true),
+                idempotent_hint: Some(true),
+                open_world_hint: None,
+            },
+        );
+        t.tool_annotations
+            .insert("a".into(), crate::ToolAnnotations::default());
+        assert_eq!(t.id().as_str(), want(&t));
+        t.tool_annotations.clear();
         t.tools.clear();
         t.system = None;
         assert_eq!(t.id().as_str(), want(&t));

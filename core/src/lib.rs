@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,6 +27,42 @@ pub struct ToolSpec {
     /// all of them (cloning a schema's maps cost as much as decoding it). Equality still compares contents.
     #[serde(default = "empty_object")]
     pub input_schema: Arc<Value>,
+}
+
+/// A tool's behaviour hints as its MCP server declared them in `tools/list` (`annotations`, protocol revision
+/// 2025-03-26 and later). The specification calls them untrusted: a server may declare a tool read-only and write
+/// anyway, so they say what the server claims, never what a call did. `None`: the server did not say.
+///
+/// Kept apart from [`ToolSpec`] (in [`Trajectory::tool_annotations`]): a description version is the text and schema
+/// the model read, and the model never reads the hints, so they are not part of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolAnnotations {
+    /// `readOnlyHint`: the tool does not modify its environment (the specification's default is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// `destructiveHint`: a modification may destroy data (meaningful when not read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// `idempotentHint`: repeating the call with the same arguments has no further effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// `openWorldHint`: the tool reaches outside systems (the web, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+impl ToolAnnotations {
+    /// Whether a call may change state: anything not declared read-only (the specification's default for
+    /// `readOnlyHint` is false).
+    pub fn may_write(&self) -> bool {
+        self.read_only_hint != Some(true)
+    }
+
+    /// Whether no hint is given at all (an `annotations` object holding only a title, say).
+    pub fn is_empty(&self) -> bool {
+        *self == ToolAnnotations::default()
+    }
 }
 
 fn empty_object() -> Arc<Value> {
@@ -337,6 +374,11 @@ pub struct Trajectory {
     /// The tools the model was shown, with the descriptions it read.
     #[serde(default)]
     pub tools: Vec<ToolSpec>,
+    /// The behaviour hints the server declared for tools of `tools`, by tool name (untrusted, see
+    /// [`ToolAnnotations`]). Tools the producer recorded no hints for are absent; left out of the JSON when empty,
+    /// so a trajectory without hints has the id and body it had before the field existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_annotations: BTreeMap<String, ToolAnnotations>,
     /// What happened, in order.
     #[serde(default)]
     pub steps: Vec<Step>,
@@ -372,6 +414,10 @@ struct WithoutTools<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     system: &'a Option<String>,
     task: &'a String,
+    // `tool_annotations` sorts after `task` and before `tools` (`_` before `s`), so the tool list is still the
+    // last entry.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    tool_annotations: &'a BTreeMap<String, ToolAnnotations>,
 }
 
 fn sorted_steps<S: serde::Serializer>(steps: &&Vec<Step>, s: S) -> Result<S::Ok, S::Error> {
@@ -448,6 +494,7 @@ impl<'a> WithoutTools<'a> {
             task,
             system,
             tools: _,
+            tool_annotations,
             steps,
             final_answer,
             outcome,
@@ -462,6 +509,7 @@ impl<'a> WithoutTools<'a> {
             outcome,
             meta,
             links,
+            tool_annotations,
         }
     }
 }
@@ -487,7 +535,8 @@ impl ValidationError {
 
 impl Trajectory {
     /// Checks the invariants every stored trajectory keeps: a task, unique tool names, a score in [0, 1],
-    /// and every tool call naming a tool that was in the tool list (otherwise "selection" is meaningless).
+    /// every tool call naming a tool that was in the tool list (otherwise "selection" is meaningless), and hints
+    /// only for tools in it.
     pub fn validate(&self) -> Result<(), ValidationError> {
         if self.task.trim().is_empty() {
             return Err(ValidationError::new("task", "is empty"));
@@ -503,6 +552,17 @@ impl Trajectory {
                 return Err(ValidationError::new(
                     format!("tools[{i}].name"),
                     format!("tool `{}` is listed twice", t.name),
+                ));
+            }
+        }
+        for name in self.tool_annotations.keys() {
+            if !seen.contains(name.as_str()) {
+                return Err(ValidationError::new(
+                    format!("tool_annotations.{name}"),
+                    format!(
+                        "hints for tool `{name}`, which is not in the tool list ({})",
+                        list_names(&self.tools)
+                    ),
                 ));
             }
         }
@@ -677,6 +737,100 @@ mod tests {
         let mut u = sample();
         u.final_answer = Some("69505".into());
         assert_ne!(t.id(), u.id());
+    }
+
+    /// Ids of stored trajectories must never change: these literals were computed before tool annotations were
+    /// added to `Trajectory`, and a trajectory without annotations (all data stored before them) keeps its id,
+    /// its canonical body and its tools' description ids byte for byte.
+    #[test]
+    fn an_annotation_less_trajectory_keeps_its_id_and_body() {
+        let t = sample();
+        assert_eq!(
+            t.id().as_str(),
+            "b02fa193c5fbfbb1241d033461d6d9680f1f536aa36ad5949501349b8e4d7f34"
+        );
+        let body = String::from_utf8(t.id_and_body().1).expect("UTF-8");
+        assert_eq!(
+            body,
+            r#"{"final_answer":"69504","meta":{"source":""},"outcome":{"score":1.0},"steps":[{"tool_calls":[{"arguments":{"path":"notes.txt"},"id":"c1","name":"read_file"}],"type":"model"},{"call_id":"c1","content":"Attendees: 4","is_error":false,"name":"read_file","type":"tool_result"},{"content":"69504","type":"model"}],"task":"Read notes.txt and sum the numbers in it."}"#
+        );
+        let ids: Vec<String> = t
+            .tools
+            .iter()
+            .map(|x| x.description_id().to_string())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "a209ab907ccdbaa7748e9918e9e41a04302204d7d982e36c6674e0a601039d19",
+                "2a9c00cff77b7a74c0df24080c2c6aa01937fa120e3a240759181c2c51d42409"
+            ]
+        );
+    }
+
+    #[test]
+    fn annotations_change_the_trajectory_id_but_not_description_ids_and_read_back() {
+        let plain = sample();
+        let mut t = sample();
+        t.tool_annotations.insert(
+            "read_file".into(),
+            ToolAnnotations {
+                read_only_hint: Some(true),
+                open_world_hint: Some(false),
+                ..Default::default()
+            },
+        );
+        t.validate().expect("hints for a listed tool are valid");
+        // The hints are part of the record: another record, another id.
+        assert_ne!(t.id(), plain.id());
+        // The description versions are the text and schema the model read, whatever the server claims.
+        for (a, b) in t.tools.iter().zip(&plain.tools) {
+            assert_eq!(a.description_id(), b.description_id());
+        }
+        // The body (what the store keeps) holds them, and reads back into the same trajectory but its tool list.
+        let (id, body) = t.id_and_body();
+        let text = String::from_utf8(body.clone()).expect("UTF-8");
+        assert!(
+            text.ends_with(
+                r#""task":"Read notes.txt and sum the numbers in it.","tool_annotations":{"read_file":{"open_world_hint":false,"read_only_hint":true}}}"#
+            ),
+            "{text}"
+        );
+        let mut back: Trajectory = serde_json::from_slice(&body).expect("body reads");
+        back.tools = t.tools.clone();
+        assert_eq!(back, t);
+        assert_eq!(back.id(), id);
+        // And serde's own JSON of the record reads back as it.
+        let again: Trajectory =
+            serde_json::from_str(&serde_json::to_string(&t).expect("write")).expect("read");
+        assert_eq!(again, t);
+    }
+
+    #[test]
+    fn validate_rejects_hints_for_an_unlisted_tool_and_unknown_hint_names() {
+        let mut t = sample();
+        t.tool_annotations
+            .insert("web_search".into(), ToolAnnotations::default());
+        let e = t.validate().expect_err("unlisted tool");
+        assert_eq!(e.path, "tool_annotations.web_search");
+        assert!(e.message.contains("read_file, calculator"), "{e}");
+        // MCP's camelCase names are not this format's: a typo must not read as "no hint".
+        let v = json!({"task": "t", "tools": [{"name": "a"}], "tool_annotations": {"a": {"readOnlyHint": true}}});
+        let e = serde_json::from_value::<Trajectory>(v).expect_err("unknown hint name");
+        assert!(e.to_string().contains("readOnlyHint"), "{e}");
+    }
+
+    #[test]
+    fn only_a_declared_read_only_tool_may_not_write() {
+        let ro = |v| ToolAnnotations {
+            read_only_hint: v,
+            ..Default::default()
+        };
+        assert!(!ro(Some(true)).may_write());
+        assert!(ro(Some(false)).may_write());
+        assert!(ro(None).may_write());
+        assert!(ro(None).is_empty());
+        assert!(!ro(Some(false)).is_empty());
     }
 
     /// `Step` as serde derives it, for comparing with the flat reading.

@@ -767,6 +767,14 @@ fn judge(
         candidate_id: opts.candidate_id.clone(),
         rollout: Some(opts.rollout),
     };
+    // The server's hints for the tools shown go with the trajectory into the store, as the claims they are.
+    let shown: BTreeMap<String, ToolHints> = world
+        .hints
+        .iter()
+        .filter(|(name, _)| trajectory.tool(name).is_some())
+        .map(|(name, h)| (name.clone(), *h))
+        .collect();
+    trajectory.tool_annotations = shown;
     let result = TaskResult {
         task_id: task.id.clone(),
         owner: task.owner.clone(),

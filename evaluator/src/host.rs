@@ -325,6 +325,8 @@ pub async fn run_rollouts(
                 task: t.prompt.clone(),
                 system: Some(cfg.system_prompt.clone()),
                 tools: tools.to_vec(),
+                // Hints come from the server's tool list, which the caller holds (`evaluate::judge` adds them).
+                tool_annotations: Default::default(),
                 steps: l.steps,
                 final_answer: l.final_answer,
                 outcome: Outcome::default(),

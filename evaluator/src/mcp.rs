@@ -223,28 +223,11 @@ pub struct McpServer {
     scratch: Option<tempfile::TempDir>,
 }
 
-/// A tool's behaviour hints from `tools/list` (`annotations`, protocol revision 2025-03-26 and later). The
-/// specification calls them untrusted: a server may say read-only and write anyway, which a fixture's digest
-/// catches. `None`: the server did not say.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolHints {
-    /// `readOnlyHint`: the tool does not modify its environment.
-    pub read_only: Option<bool>,
-    /// `destructiveHint`: a modification may destroy data (meaningful when not read-only).
-    pub destructive: Option<bool>,
-    /// `idempotentHint`: repeating the call with the same arguments has no further effect.
-    pub idempotent: Option<bool>,
-    /// `openWorldHint`: the tool reaches outside systems (the web, say).
-    pub open_world: Option<bool>,
-}
-
-impl ToolHints {
-    /// Whether a call may change state: anything not declared read-only (the specification's default for
-    /// `readOnlyHint` is false).
-    pub fn may_write(&self) -> bool {
-        self.read_only != Some(true)
-    }
-}
+/// A tool's behaviour hints from `tools/list` (`annotations`, protocol revision 2025-03-26 and later): the
+/// domain type, under the name the evaluator has always used. The specification calls them untrusted: a server may
+/// say read-only and write anyway, which a fixture's digest catches. They travel with every stored trajectory
+/// (`Trajectory::tool_annotations`).
+pub type ToolHints = tooltune_core::ToolAnnotations;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -398,20 +381,19 @@ impl McpServer {
             after: self.spec.connect_timeout,
         })?
         .map_err(|e| self.classify(e, &conn, "tools/list"))?;
+        // An `annotations` object without any hint (a title alone) says nothing about behaviour: left out, so that
+        // "absent" means one thing in the map and in stored trajectories.
         let hints: BTreeMap<String, ToolHints> = tools
             .iter()
             .filter_map(|t| {
-                t.annotations.as_ref().map(|a| {
-                    (
-                        t.name.to_string(),
-                        ToolHints {
-                            read_only: a.read_only_hint,
-                            destructive: a.destructive_hint,
-                            idempotent: a.idempotent_hint,
-                            open_world: a.open_world_hint,
-                        },
-                    )
-                })
+                let a = t.annotations.as_ref()?;
+                let h = ToolHints {
+                    read_only_hint: a.read_only_hint,
+                    destructive_hint: a.destructive_hint,
+                    idempotent_hint: a.idempotent_hint,
+                    open_world_hint: a.open_world_hint,
+                };
+                (!h.is_empty()).then(|| (t.name.to_string(), h))
             })
             .collect();
         if let Ok(mut h) = self.hints.lock() {

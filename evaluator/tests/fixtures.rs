@@ -206,13 +206,16 @@ answer.contains = "paused"
     // The hints come with the tool list.
     server.list_tools().await.expect("list");
     let hints = server.hints();
-    assert_eq!(hints["count_notes"].read_only, Some(true));
-    assert_eq!(hints["delete_note"].destructive, Some(true));
+    assert_eq!(hints["count_notes"].read_only_hint, Some(true));
+    assert_eq!(hints["delete_note"].destructive_hint, Some(true));
+    let store = tooltune_store::Store::open(&dir.path().join("t.sqlite").display().to_string())
+        .await
+        .expect("store");
     let r = evaluate(
         &suite,
         &server,
         &ScriptedFakeAgent,
-        None,
+        Some(&store),
         &Candidate::default(),
         &opts(8),
         |_, _| {},
@@ -228,6 +231,22 @@ answer.contains = "paused"
     assert_eq!(r.tasks[1].changed_fixture, Some(false));
     assert!(r.tasks[1].read_only_violations.is_empty());
     assert_eq!(r.read_only_violations, ["count_notes"]);
+    // The stored rollout keeps the server's claims beside what the digest found, for every tool shown.
+    let id = tooltune_core::TrajectoryId::from_stored(count.trajectory_id.clone().expect("an id"));
+    let stored = store.trajectory(&id).await.expect("load").expect("stored");
+    assert_eq!(stored.id(), id);
+    let claims = &stored.tool_annotations;
+    assert_eq!(claims["count_notes"].read_only_hint, Some(true));
+    assert_eq!(claims["count_notes"].open_world_hint, Some(false));
+    assert_eq!(claims["delete_note"].destructive_hint, Some(true));
+    let mut shown: Vec<&String> = stored.tools.iter().map(|t| &t.name).collect();
+    shown.sort();
+    assert_eq!(
+        claims.keys().collect::<Vec<_>>(),
+        shown,
+        "one entry per tool shown: the server declares hints for each"
+    );
+    store.close().await;
     server.shutdown().await;
 }
 
@@ -288,8 +307,8 @@ async fn the_writing_filesystem_suite_is_solvable_on_fresh_copies() {
         .expect("names");
     // The write tools are visible and declared as such.
     let hints = server.hints();
-    assert_eq!(hints["write_file"].read_only, Some(false));
-    assert_eq!(hints["read_text_file"].read_only, Some(true));
+    assert_eq!(hints["write_file"].read_only_hint, Some(false));
+    assert_eq!(hints["read_text_file"].read_only_hint, Some(true));
     server.shutdown().await;
     references_pass_on_fresh_copies(&suite).await;
 }

@@ -925,6 +925,8 @@ fn convert(trace: Trace<'_>, line: u64) -> Result<Trajectory, RecordError> {
         task,
         system,
         tools,
+        // Langfuse logs tools in the provider's function format, which has no behaviour hints.
+        tool_annotations: Default::default(),
         steps,
         final_answer,
         outcome: outcome_from_scores(&trace.scores),

@@ -325,6 +325,8 @@ fn convert(r: Record, listed: Vec<ToolSpec>, line: u64) -> Result<Trajectory, Re
         task,
         system: (!system_parts.is_empty()).then(|| system_parts.join("\n\n")),
         tools,
+        // A chat-completions tool is a function definition: the format has no behaviour hints.
+        tool_annotations: Default::default(),
         steps,
         final_answer,
         outcome,

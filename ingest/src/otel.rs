@@ -1266,6 +1266,8 @@ fn build<'a>(
         task,
         system,
         tools,
+        // GenAI spans define tools in the provider's function format, which has no behaviour hints.
+        tool_annotations: Default::default(),
         steps,
         final_answer,
         outcome,

@@ -4,7 +4,8 @@ use crate::common::{cached_tools, decode_at, finish, from_json};
 use crate::{Format, RecordError};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
-use tooltune_core::{Links, Meta, Outcome, Step, ToolSpec, Trajectory};
+use std::collections::BTreeMap;
+use tooltune_core::{Links, Meta, Outcome, Step, ToolAnnotations, ToolSpec, Trajectory};
 
 /// A `Trajectory` as it is read, with the tool list kept raw: a log repeats the same list in every record (the
 /// list is about half of a typical record's bytes), so it is decoded once per thread ([`cached_tools`]) and its
@@ -18,6 +19,8 @@ struct Record<'a> {
     system: Option<String>,
     #[serde(default, borrow, deserialize_with = "raw_always")]
     tools: Option<&'a RawValue>,
+    #[serde(default)]
+    tool_annotations: BTreeMap<String, ToolAnnotations>,
     #[serde(default)]
     steps: Vec<Step>,
     #[serde(default)]
@@ -49,6 +52,7 @@ pub(crate) fn parse(text: &str, line: u64) -> Result<Trajectory, RecordError> {
         task: r.task,
         system: r.system,
         tools,
+        tool_annotations: r.tool_annotations,
         steps: r.steps,
         final_answer: r.final_answer,
         outcome: r.outcome,
@@ -73,6 +77,8 @@ mod tests {
                     "properties": {"q": {"type": "string"}}}},
                 {"name": "refund"}
             ],
+            "tool_annotations": {"search": {"read_only_hint": true, "open_world_hint": false},
+                "refund": {"read_only_hint": false, "destructive_hint": true, "idempotent_hint": true}},
             "steps": [
                 {"type": "user", "content": "Refund order 7"},
                 {"type": "model", "content": "Looking.", "tool_calls": [

@@ -4,7 +4,9 @@
 //!
 //! [`Report::load`] reads runs from the trace store into figures (one [`RunReport`] per run: the validation
 //! series, the accepted descriptions with their diffs, diagnoses and inflation measures, the seed-versus-winner
-//! comparison on the held-out test split, and a [`Verdict`] on inflation computed from those figures).
+//! comparison on the held-out test split, a [`Verdict`] on inflation computed from those figures, and the
+//! [`SideEffects`] of each candidate's rollouts: calls of tools not declared read-only, and read-only hints a
+//! fixture's digest proved false).
 //! [`Report::to_html`] renders them as one self-contained HTML file (inline CSS and SVG, no script, no external
 //! asset) through the minijinja templates in `report/templates/`, and [`Report::to_json`] gives the same figures as
 //! JSON. [`write`] puts both in a folder. The pieces ([`svg`], [`diff`], [`highlight`]) are public for the web
@@ -25,7 +27,8 @@ pub mod verdict;
 
 pub use escape::escape_html;
 pub use model::{
-    CandidateRow, IterationPoint, ProposalRow, RunInput, RunReport, Settings, Step, ToolChange,
+    CandidateRow, IterationPoint, ProposalRow, RunInput, RunReport, Settings, SideEffects, Step,
+    ToolChange,
 };
 pub use render::fmt_p;
 pub use verdict::{Outcome, Verdict};
@@ -104,10 +107,12 @@ impl Report {
             } else {
                 None
             };
+            let rollouts = store.run_rollouts(id).await?;
             runs.push(RunReport::build(RunInput {
                 row,
                 events,
                 schema,
+                rollouts,
             }));
         }
         Ok(Report { runs })

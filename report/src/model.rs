@@ -1,16 +1,17 @@
 //! The figures of one run, built from what the store holds: the run row (its configuration, status and, once
-//! finished, the driver's summary), its events, and for an unfinished run its checkpointed search state. Pure: the
-//! store is read in `lib.rs`, everything here works on the rows.
+//! finished, the driver's summary), its events, its rollouts' per-task results (for what they did to the server's
+//! state), and for an unfinished run its checkpointed search state. Pure: the store is read in `lib.rs`, everything
+//! here works on the rows.
 
 use crate::secrets::{redact_spec, redact_text};
 use crate::verdict::{Verdict, VerdictInput, verdict};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use tooltune_driver::{CandidateSummary, Comparison, Event, RunConfig, RunSummary};
 use tooltune_objectives::{InflationReport, Metrics, Rate, inflation};
 use tooltune_optimizer::{Origin, Search};
-use tooltune_store::RunRow;
+use tooltune_store::{RolloutRow, RunRow};
 
 /// What the store holds about one run.
 #[derive(Debug, Clone)]
@@ -22,6 +23,55 @@ pub struct RunInput {
     /// The target tool's input schema as the server declared it, when known (needed to measure scope claims of an
     /// unfinished run's candidates; a finished run's summary already holds the measures).
     pub schema: Option<Value>,
+    /// The run's stored rollouts, each under its candidate's key (`tooltune_driver::candidate_key`).
+    pub rollouts: Vec<(String, RolloutRow)>,
+}
+
+/// What rollouts did, or may have done, to the server's state, from the evaluator's per-task results: calls of
+/// tools the server did not declare read-only, and tools caught writing although declared read-only. Tool names
+/// come from the server and are untrusted text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SideEffects {
+    /// Rollouts read.
+    pub rollouts: u64,
+    /// Of them, rollouts that ran on a fresh copy of the suite's fixture: what they wrote reached no other rollout.
+    pub on_fixture: u64,
+    /// Tools not declared read-only (`readOnlyHint`), each with the number of rollouts that called it.
+    pub calls: BTreeMap<String, u64>,
+    /// Tools that declared `readOnlyHint: true` although a rollout that called only such tools changed its
+    /// fixture copy (the hint is false), each with the number of rollouts that showed it.
+    pub read_only_violations: BTreeMap<String, u64>,
+}
+
+impl SideEffects {
+    /// Whether no rollout called a tool that may write and no hint was caught false.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty() && self.read_only_violations.is_empty()
+    }
+
+    fn add(&mut self, r: &RolloutEffects) {
+        self.rollouts += 1;
+        self.on_fixture += u64::from(r.changed_fixture.is_some());
+        for t in &r.side_effect_calls {
+            *self.calls.entry(t.clone()).or_default() += 1;
+        }
+        for t in &r.read_only_violations {
+            *self.read_only_violations.entry(t.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// The part of the evaluator's per-task result (`TaskResult`, stored as JSON by the driver) that says what a
+/// rollout did to its world. Read on its own: the report does not depend on the evaluator, and results written
+/// before these fields existed read as rollouts without side effects.
+#[derive(Deserialize)]
+struct RolloutEffects {
+    #[serde(default)]
+    side_effect_calls: Vec<String>,
+    #[serde(default)]
+    changed_fixture: Option<bool>,
+    #[serde(default)]
+    read_only_violations: Vec<String>,
 }
 
 /// How the run was configured (model specs with anything that looks like a credential hidden).
@@ -101,6 +151,8 @@ pub struct Step {
     pub validation: Option<Metrics>,
     /// Other tools whose description differs from the first parent's.
     pub other_changes: Vec<ToolChange>,
+    /// What its rollouts in this run did to the server's state.
+    pub side_effects: SideEffects,
 }
 
 /// A change to a tool other than the target.
@@ -135,6 +187,8 @@ pub struct CandidateRow {
     pub promotional: u32,
     /// Scope claims in it.
     pub scope: u32,
+    /// What its rollouts in this run did to the server's state.
+    pub side_effects: SideEffects,
 }
 
 /// One answer of the reflector.
@@ -193,6 +247,8 @@ pub struct RunReport {
     pub candidates: Vec<CandidateRow>,
     /// Every answer of the reflector.
     pub proposals: Vec<ProposalRow>,
+    /// What all of the run's rollouts did to the server's state.
+    pub side_effects: SideEffects,
     /// The winner, once finished.
     pub winner: Option<u32>,
     /// The best candidate so far, for an unfinished run.
@@ -229,6 +285,7 @@ impl RunReport {
             row,
             events,
             schema,
+            rollouts,
         } = input;
         let mut notes = Vec::new();
         let config: Option<RunConfig> = match serde_json::from_str(&row.config) {
@@ -347,6 +404,30 @@ impl RunReport {
                 }
                 (None, None) => (Vec::new(), Vec::new(), None, None),
             };
+        // Side effects per candidate key, and over the whole run.
+        let mut effects_by_key: BTreeMap<String, SideEffects> = BTreeMap::new();
+        let mut run_effects = SideEffects::default();
+        let mut unreadable_results = 0;
+        for (key, r) in &rollouts {
+            match serde_json::from_str::<RolloutEffects>(&r.result) {
+                Ok(e) => {
+                    effects_by_key.entry(key.clone()).or_default().add(&e);
+                    run_effects.add(&e);
+                }
+                Err(_) => unreadable_results += 1,
+            }
+        }
+        if unreadable_results > 0 {
+            notes.push(format!(
+                "{unreadable_results} stored rollout result(s) could not be read: their side effects are not counted"
+            ));
+        }
+        let effects_of = |c: &CandidateSummary| {
+            effects_by_key
+                .get(&tooltune_driver::candidate_key(&c.descriptions))
+                .cloned()
+                .unwrap_or_default()
+        };
         let target_name = target.clone().unwrap_or_default();
         let lineage_set: BTreeSet<u32> = lineage.iter().copied().collect();
         let leader = winner.or(best_so_far);
@@ -393,6 +474,7 @@ impl RunReport {
                     inflation: c.inflation.clone(),
                     validation: c.validation.clone(),
                     other_changes,
+                    side_effects: effects_of(c),
                 }
             })
             .collect();
@@ -408,6 +490,7 @@ impl RunReport {
                 chars: c.inflation.chars,
                 promotional: c.inflation.counts.promotional,
                 scope: c.inflation.counts.scope,
+                side_effects: effects_of(c),
             })
             .collect();
         let verdict = summary.as_ref().and_then(|s| {
@@ -486,6 +569,7 @@ impl RunReport {
             steps,
             candidates: candidate_rows,
             proposals,
+            side_effects: run_effects,
             winner,
             best_so_far,
             test: summary.as_ref().map(|s| s.test.clone()),

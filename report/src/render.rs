@@ -7,7 +7,7 @@ use crate::escape::escape_html;
 use crate::highlight::{inflation_html, kind_label};
 use crate::svg::{Chart, Point, Series, metric_chart};
 use crate::verdict::{Outcome, fmt_rate, objective_label, pct};
-use crate::{Report, RunReport, Step};
+use crate::{Report, RunReport, SideEffects, Step};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 use tooltune_objectives::{Metrics, Rate};
@@ -88,6 +88,19 @@ struct RunView {
     verdict_class: &'static str,
     notes: Vec<String>,
     error: Option<String>,
+    side_effects: Option<EffectsView>,
+}
+
+/// What rollouts did to the server's state, as sentences' parts. Tool names are untrusted: they stay plain strings
+/// here and the template escapes them.
+#[derive(Serialize)]
+struct EffectsView {
+    /// Each tool not declared read-only that rollouts called, with how many of them did.
+    calls: Vec<String>,
+    /// Each tool whose read-only hint a fixture's digest proved false, with how many rollouts showed it.
+    violations: Vec<String>,
+    /// Whether what the calls wrote could reach other rollouts.
+    reach: String,
 }
 
 #[derive(Serialize)]
@@ -121,6 +134,7 @@ struct StepView {
     findings: Vec<FindingView>,
     validation: Option<TestSide>,
     other_changes: Vec<ChangeView>,
+    side_effects: Option<EffectsView>,
 }
 
 #[derive(Serialize)]
@@ -147,6 +161,8 @@ struct CandidateView {
     chars: usize,
     promotional: u32,
     scope: u32,
+    side_effect_calls: String,
+    read_only_violations: String,
 }
 
 #[derive(Serialize)]
@@ -228,6 +244,48 @@ fn page(report: &Report) -> Page {
     }
 }
 
+/// `None` when the rollouts called no tool that may write and no read-only hint was proved false.
+fn effects_view(e: &SideEffects) -> Option<EffectsView> {
+    if e.is_empty() {
+        return None;
+    }
+    let counted = |m: &std::collections::BTreeMap<String, u64>| -> Vec<String> {
+        m.iter()
+            .map(|(tool, n)| {
+                format!(
+                    "{tool} (in {n} of {} rollout{})",
+                    e.rollouts,
+                    if e.rollouts == 1 { "" } else { "s" }
+                )
+            })
+            .collect()
+    };
+    let reach = if e.on_fixture == e.rollouts {
+        "Every rollout ran on a fresh copy of the suite's fixture, so no rollout saw what another wrote.".to_string()
+    } else {
+        format!(
+            "{} of {} rollouts ran on a fresh copy of the suite's fixture; for the others, unless the suite resets              the server between rollouts ([reset]), later rollouts (and later candidates) may have seen what earlier              ones wrote, so their results may depend on the order they ran in.",
+            e.on_fixture, e.rollouts
+        )
+    };
+    Some(EffectsView {
+        calls: counted(&e.calls),
+        violations: counted(&e.read_only_violations),
+        reach,
+    })
+}
+
+/// A table cell: each tool with its count of rollouts, or a dash.
+fn effects_cell(m: &std::collections::BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "–".to_string();
+    }
+    m.iter()
+        .map(|(tool, n)| format!("{tool} ×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn verdict_class(o: Outcome) -> &'static str {
     match o {
         Outcome::Inflated => "inflated",
@@ -305,6 +363,9 @@ fn compare_rows(report: &Report) -> Vec<CompareRow> {
         }),
         row("test: off-target selection, seed → winner", &|r| {
             test(r, &|m| &m.off_target)
+        }),
+        row("tools called that are not declared read-only", &|r| {
+            effects_cell(&r.side_effects.calls)
         }),
         row("inflation", &|r| match &r.verdict {
             Some(v) => outcome_words(v.outcome).to_string(),
@@ -568,6 +629,7 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
                         diff_html: word_diff_html(&c.before, &c.after),
                     })
                     .collect(),
+                side_effects: effects_view(&s.side_effects),
             }
         })
         .collect();
@@ -627,6 +689,8 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
                 chars: c.chars,
                 promotional: c.promotional,
                 scope: c.scope,
+                side_effect_calls: effects_cell(&c.side_effects.calls),
+                read_only_violations: effects_cell(&c.side_effects.read_only_violations),
             })
             .collect(),
         proposals: r
@@ -652,6 +716,7 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
             .unwrap_or("unfinished"),
         notes: r.notes.clone(),
         error: r.error.clone(),
+        side_effects: effects_view(&r.side_effects),
     }
 }
 

@@ -398,6 +398,18 @@ async fn running_run(store: &Store, id: &str) {
         .expect("checkpoint");
 }
 
+/// Stores rollout results the way the driver does (the evaluator's per-task result as JSON, under the candidate's
+/// key), holding only the fields the report reads and the task id.
+async fn store_rollouts(store: &Store, run: &str, rows: &[(&str, &str, &str)]) {
+    for (i, (text, task, result)) in rows.iter().enumerate() {
+        let key = tooltune_driver::candidate_key(&descriptions(text));
+        store
+            .save_rollout(run, &key, task, i as i64, result, None)
+            .await
+            .expect("rollout stored");
+    }
+}
+
 fn strip_marks(html: &str) -> String {
     let mut out = String::new();
     let mut rest = html;
@@ -418,6 +430,52 @@ async fn a_report_of_stored_runs_matches_the_store() {
     let sel = finished_run(&store, "run-selection", Objective::SelectionRate, INFLATED).await;
     let suc = finished_run(&store, "run-success", Objective::TaskSuccess, HONEST).await;
     running_run(&store, "run-running").await;
+    // The selection run's server had no fixture: the seed called web_search (declared as writing) once, the winner
+    // a tool whose name carries markup in both of its rollouts.
+    store_rollouts(
+        &store,
+        "run-selection",
+        &[
+            (
+                SEED,
+                "t0",
+                r#"{"task_id":"t0","side_effect_calls":["web_search"]}"#,
+            ),
+            (SEED, "t1", r#"{"task_id":"t1","side_effect_calls":[]}"#),
+            (
+                INFLATED,
+                "t0",
+                r#"{"task_id":"t0","side_effect_calls":["write_<i>notes</i>"]}"#,
+            ),
+            (
+                INFLATED,
+                "t1",
+                r#"{"task_id":"t1","side_effect_calls":["write_<i>notes</i>"]}"#,
+            ),
+        ],
+    )
+    .await;
+    // The success run's every rollout ran on a fixture copy; in one, search_docs (declared read-only) changed it,
+    // in the other web_search was called.
+    // One result was written by something else and cannot be read.
+    store_rollouts(
+        &store,
+        "run-success",
+        &[
+            (
+                HONEST,
+                "t0",
+                r#"{"task_id":"t0","side_effect_calls":[],"changed_fixture":true,"read_only_violations":["search_docs"]}"#,
+            ),
+            (
+                HONEST,
+                "t1",
+                r#"{"task_id":"t1","side_effect_calls":["web_search"],"changed_fixture":false}"#,
+            ),
+            (SEED, "t2", "not a result"),
+        ],
+    )
+    .await;
     let ids: Vec<String> = ["run-success", "run-selection", "run-running"]
         .map(String::from)
         .to_vec();
@@ -467,7 +525,49 @@ async fn a_report_of_stored_runs_matches_the_store() {
     let suc_v = report.runs[0].verdict.as_ref().expect("verdict");
     assert_eq!(suc_v.outcome, Outcome::LongerOnly);
 
+    // Side effects, from the stored rollouts: per run, per accepted step and per candidate.
+    let sel_r = &report.runs[1];
+    let calls = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+    };
+    assert_eq!(sel_r.side_effects.rollouts, 4);
+    assert_eq!(sel_r.side_effects.on_fixture, 0);
+    assert_eq!(
+        sel_r.side_effects.calls,
+        calls(&[("web_search", 1), ("write_<i>notes</i>", 2)])
+    );
+    assert_eq!(
+        sel_r.steps[0].side_effects.calls,
+        calls(&[("web_search", 1)])
+    );
+    assert!(sel_r.steps[1].side_effects.is_empty() && sel_r.steps[1].side_effects.rollouts == 0);
+    assert_eq!(
+        sel_r.steps[2].side_effects.calls,
+        calls(&[("write_<i>notes</i>", 2)])
+    );
+    let c2 = sel_r.candidates.iter().find(|c| c.id == 2).expect("c2");
+    assert_eq!(c2.side_effects, sel_r.steps[2].side_effects);
+    let suc_r = &report.runs[0];
+    assert_eq!(
+        (suc_r.side_effects.rollouts, suc_r.side_effects.on_fixture),
+        (2, 2)
+    );
+    assert_eq!(suc_r.side_effects.calls, calls(&[("web_search", 1)]));
+    assert_eq!(
+        suc_r.steps[1].side_effects.read_only_violations,
+        calls(&[("search_docs", 1)])
+    );
+    assert!(
+        suc_r
+            .notes
+            .iter()
+            .any(|n| n.contains("1 stored rollout result(s) could not be read")),
+        "{:?}",
+        suc_r.notes
+    );
+
     let running = &report.runs[2];
+    assert!(running.side_effects.is_empty() && running.side_effects.rollouts == 0);
     assert!(!running.finished && running.verdict.is_none() && running.test.is_none());
     assert_eq!(running.series.len(), 2, "{:?}", running.series);
     assert!(running.best_so_far.is_some());
@@ -475,6 +575,10 @@ async fn a_report_of_stored_runs_matches_the_store() {
 
     let json = report.to_json();
     assert_eq!(json["runs"][1]["test"]["selection_p_value"], json!(0.0312));
+    assert_eq!(
+        json["runs"][1]["side_effects"]["calls"]["web_search"],
+        json!(1)
+    );
     assert!(!json.to_string().contains("hunter2"));
 
     let out = dir.path().join("out");
@@ -500,6 +604,35 @@ async fn a_report_of_stored_runs_matches_the_store() {
     assert!(html.contains("<ins>") && html.contains("<del>"));
     assert!(html.contains("unfinished"));
     assert!(html.contains("the winning description inflated"));
+    // Side-effecting calls are marked where the runs, the steps and the candidates are shown, names escaped.
+    assert!(
+        !html.contains("<i>notes"),
+        "untrusted tool name rendered as markup"
+    );
+    let marked = "write_&lt;i&gt;notes&lt;&#x2f;i&gt; (in 2 of 2 rollouts)";
+    assert!(
+        html.contains(
+            "Side-effecting calls: rollouts of this run called tools their server does not declare read-only: \
+             web_search (in 1 of 4 rollouts), write_&lt;i&gt;notes&lt;&#x2f;i&gt; (in 2 of 4 rollouts). 0 of 4 \
+             rollouts ran on a fresh copy"
+        ),
+        "run-level mark missing"
+    );
+    assert!(
+        html.contains(&format!("Side-effecting calls in its rollouts: {marked}.")),
+        "step mark missing"
+    );
+    assert!(html.contains("<td>write_&lt;i&gt;notes&lt;&#x2f;i&gt; ×2</td>"));
+    assert!(html.contains(
+        "Read-only hints proved false: the fixture copy changed in rollouts that called only tools declared \
+         read-only: search_docs (in 1 of 2 rollouts)."
+    ));
+    assert!(html.contains("<td>search_docs ×1</td>"));
+    assert!(html.contains("their results may depend on the order they ran in."));
+    assert!(html.contains(
+        "web_search (in 1 of 2 rollouts). Every rollout ran on a fresh copy of the suite&#x27;s fixture, so no \
+         rollout saw what another wrote."
+    ));
     assert!(!std::fs::read_dir(&out).expect("out").any(|e| {
         e.expect("entry")
             .file_name()

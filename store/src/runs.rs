@@ -302,6 +302,36 @@ impl Store {
             .collect())
     }
 
+    /// Every stored rollout of a run, each with the key of the candidate it belongs to, in key order: one query
+    /// for a reader that shows every candidate (the report) rather than one per candidate.
+    pub async fn run_rollouts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, RolloutRow)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT candidate_key, task_id, rollout, result, trajectory_id FROM run_rollouts \
+             WHERE run_id = $1 ORDER BY candidate_key, task_id, rollout",
+        )
+        .bind(run_id)
+        .fetch_all(self.pool())
+        .await
+        .map_err(q("loading a run's rollout results"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    RolloutRow {
+                        task_id: r.get(1),
+                        rollout: r.get(2),
+                        result: r.get(3),
+                        trajectory_id: r.get(4),
+                    },
+                )
+            })
+            .collect())
+    }
+
     /// How many rollouts a run has stored.
     pub async fn count_rollouts(&self, run_id: &str) -> Result<i64, StoreError> {
         sqlx::query_scalar("SELECT COUNT(*) FROM run_rollouts WHERE run_id = $1")

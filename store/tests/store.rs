@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use std::io::Cursor;
-use tooltune_core::Trajectory;
+use tooltune_core::{ToolAnnotations, Trajectory};
 use tooltune_ingest::{ChunkReader, Format, FormatChoice, ReadOptions};
 use tooltune_store::{ImportOptions, Store, StoreError};
 
@@ -321,6 +321,76 @@ async fn insert_keeps_run_links(db: TestDb) {
     db.finish().await;
 }
 
+/// A trajectory of `trajectory`'s shape with the server's hints for both tools.
+fn with_hints(task: &str) -> Trajectory {
+    let mut t = trajectory(task, &["web_search"], true, "Search internal docs.");
+    t.tool_annotations.insert(
+        "search_docs".into(),
+        ToolAnnotations {
+            read_only_hint: Some(true),
+            open_world_hint: Some(false),
+            ..Default::default()
+        },
+    );
+    t.tool_annotations.insert(
+        "web_search".into(),
+        ToolAnnotations {
+            read_only_hint: Some(false),
+            destructive_hint: Some(false),
+            idempotent_hint: Some(true),
+            open_world_hint: Some(true),
+        },
+    );
+    t
+}
+
+/// Tool hints are kept with the trajectory, whichever way it comes in (the evaluator's `insert`; an import, which
+/// on SQLite is the C API writer), and read back with the same id; they are not part of a description version.
+async fn tool_annotations_are_kept_and_read_back(db: TestDb) {
+    let s = &db.store;
+    let inserted = with_hints("inserted with hints");
+    assert_eq!(
+        s.insert(std::slice::from_ref(&inserted))
+            .await
+            .expect("insert"),
+        1
+    );
+    let imported = with_hints("imported with hints");
+    let plain = trajectory(
+        "imported without hints",
+        &["web_search"],
+        true,
+        "Search internal docs.",
+    );
+    let report = db
+        .import(&[imported.clone(), plain.clone()])
+        .await
+        .expect("import");
+    assert_eq!(report.added, 2);
+    for t in [&inserted, &imported, &plain] {
+        let back = s.trajectory(&t.id()).await.expect("load").expect("present");
+        assert_eq!(&back, t);
+        assert_eq!(back.id(), t.id());
+    }
+    // Hints or none, the same text and schema are the same two description versions.
+    assert_eq!(s.count_descriptions().await.expect("count"), 2);
+    // The same record again, now without its hints, is another record.
+    let mut stripped = imported.clone();
+    stripped.tool_annotations.clear();
+    assert_ne!(stripped.id(), imported.id());
+    assert!(s.trajectory(&stripped.id()).await.expect("load").is_none());
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_tool_annotations_are_kept_and_read_back() {
+    tool_annotations_are_kept_and_read_back(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_tool_annotations_are_kept_and_read_back() {
+    tool_annotations_are_kept_and_read_back(postgres().await).await;
+}
+
 #[tokio::test]
 async fn sqlite_import_then_stats() {
     import_then_stats(sqlite().await).await;
@@ -344,6 +414,63 @@ async fn sqlite_insert_keeps_run_links() {
 #[tokio::test]
 async fn postgres_insert_keeps_run_links() {
     insert_keeps_run_links(postgres().await).await;
+}
+
+/// `run_rollouts` gives every rollout of one run (and none of another), each under its candidate's key.
+async fn a_runs_rollouts_come_with_their_candidate_keys(db: TestDb) {
+    let s = &db.store;
+    for run in ["run-a", "run-b"] {
+        s.create_run(run, "optimize", None, "success", "{}")
+            .await
+            .expect("create run");
+    }
+    let rows = [
+        ("run-a", "cand-2", "t1", 0, Some("traj-1")),
+        ("run-a", "cand-1", "t2", 1, None),
+        ("run-a", "cand-1", "t1", 0, None),
+        ("run-b", "cand-1", "t1", 0, None),
+    ];
+    for (run, key, task, rollout, trajectory) in rows {
+        let result = format!(r#"{{"task_id":"{task}","run":"{run}"}}"#);
+        s.save_rollout(run, key, task, rollout, &result, trajectory)
+            .await
+            .expect("save");
+    }
+    let got: Vec<(String, String, i64, String, Option<String>)> = s
+        .run_rollouts("run-a")
+        .await
+        .expect("rollouts")
+        .into_iter()
+        .map(|(k, r)| (k, r.task_id, r.rollout, r.result, r.trajectory_id))
+        .collect();
+    let row = |k: &str, t: &str, n: i64, traj: Option<&str>| {
+        (
+            k.to_string(),
+            t.to_string(),
+            n,
+            format!(r#"{{"task_id":"{t}","run":"run-a"}}"#),
+            traj.map(str::to_string),
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            row("cand-1", "t1", 0, None),
+            row("cand-1", "t2", 1, None),
+            row("cand-2", "t1", 0, Some("traj-1")),
+        ]
+    );
+    assert!(s.run_rollouts("run-c").await.expect("none").is_empty());
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_runs_rollouts_come_with_their_candidate_keys() {
+    a_runs_rollouts_come_with_their_candidate_keys(sqlite().await).await;
+}
+#[tokio::test]
+async fn postgres_a_runs_rollouts_come_with_their_candidate_keys() {
+    a_runs_rollouts_come_with_their_candidate_keys(postgres().await).await;
 }
 
 /// A run's lease: one holder at a time, renewable by its holder, free again once released or expired, and
