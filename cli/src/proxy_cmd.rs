@@ -44,7 +44,8 @@ pub struct ProxyArgs {
     /// Answer a request with an error when the server has not answered it after this many seconds
     #[arg(long, value_name = "SECS")]
     request_timeout: Option<f64>,
-    /// Do not start the server once at start-up to check that the tools named exist
+    /// Do not check at start-up that the server offers the tools named (stdio: the server is started once and
+    /// asked; HTTP: the proxy initializes a session with the upstream, lists its tools and ends the session)
     #[arg(long)]
     no_check: bool,
     /// Serve Streamable HTTP at this address instead of stdio (with --upstream); a non-loopback address needs
@@ -153,29 +154,55 @@ pub async fn run(db: &str, args: ProxyArgs) -> Result<ExitCode> {
         "full" => RecordMode::Full,
         _ => RecordMode::Calls,
     };
-    if let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) {
-        return serve_http(db, &args, listen, upstream, variants, weights, record).await;
-    }
-    if !args.no_check {
-        let named: Vec<&String> = variants.iter().flat_map(|v| v.rewrites.keys()).collect();
-        if !named.is_empty() {
-            let offered = stdio::list_tools(&args.command, Duration::from_secs(60)).await?;
-            let mut missing: Vec<String> = named
-                .into_iter()
-                .filter(|n| !offered.contains(n))
-                .cloned()
-                .collect();
-            missing.sort();
-            missing.dedup();
-            if !missing.is_empty() {
-                return Err(tooltune_proxy::ProxyError::UnknownTools {
-                    server: stdio::server_name(&args.command),
-                    missing,
-                    offered,
-                }
-                .into());
+    let upstream_token = match &args.upstream_token_env {
+        Some(name) => Some(
+            std::env::var(name)
+                .with_context(|| format!("--upstream-token-env {name}: the variable is not set"))?,
+        ),
+        None => None,
+    };
+    // The names to rewrite are checked against the server's tools before any host connects, over both transports.
+    if !args.no_check && variants.iter().any(|v| !v.rewrites.is_empty()) {
+        let (server, offered) = match &args.upstream {
+            Some(url) => (
+                tooltune_proxy::http::upstream_name(url),
+                tooltune_proxy::http::list_tools(
+                    url,
+                    upstream_token.as_deref(),
+                    Duration::from_secs(60),
+                )
+                .await?,
+            ),
+            None => (
+                stdio::server_name(&args.command),
+                stdio::list_tools(&args.command, Duration::from_secs(60)).await?,
+            ),
+        };
+        let missing = tooltune_proxy::missing_tools(&variants, &offered);
+        if !missing.is_empty() {
+            return Err(tooltune_proxy::ProxyError::UnknownTools {
+                server,
+                missing,
+                offered,
             }
+            .into());
         }
+    }
+    if let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) {
+        // Tokens come from the environment only, so that they never appear in a process list or shell history.
+        let token = std::env::var("TOOLTUNE_PROXY_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let options = tooltune_proxy::http::HttpOptions {
+            upstream,
+            variants,
+            weights,
+            record,
+            redact: args.redact,
+            token,
+            upstream_token,
+        };
+        return serve_http(db, listen, options).await;
     }
     let session_id = uuid::Uuid::new_v4().to_string();
     let key = args
@@ -239,42 +266,14 @@ pub async fn run(db: &str, args: ProxyArgs) -> Result<ExitCode> {
 /// `--listen ADDR --upstream URL`: serves until Ctrl-C, then stores what was recorded.
 async fn serve_http(
     db: &str,
-    args: &ProxyArgs,
     listen: std::net::SocketAddr,
-    upstream: String,
-    variants: Vec<Variant>,
-    weights: Vec<f64>,
-    record: RecordMode,
+    options: tooltune_proxy::http::HttpOptions,
 ) -> Result<ExitCode> {
-    // Tokens come from the environment only, so that they never appear in a process list or shell history.
-    let token = std::env::var("TOOLTUNE_PROXY_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    let upstream_token = match &args.upstream_token_env {
-        Some(name) => Some(
-            std::env::var(name)
-                .with_context(|| format!("--upstream-token-env {name}: the variable is not set"))?,
-        ),
-        None => None,
-    };
-    let store = match record {
+    let store = match options.record {
         RecordMode::None => None,
         _ => Some(Store::open(db).await?),
     };
-    let proxy = tooltune_proxy::http::HttpProxy::start(
-        listen,
-        tooltune_proxy::http::HttpOptions {
-            upstream,
-            variants,
-            weights,
-            record,
-            redact: args.redact.clone(),
-            token,
-            upstream_token,
-        },
-        store,
-    )
-    .await?;
+    let proxy = tooltune_proxy::http::HttpProxy::start(listen, options, store).await?;
     // The first line on stdout is the URL, so that a script that asked for port 0 can read it.
     println!("http://{}/mcp", proxy.local_addr());
     eprintln!(

@@ -4,7 +4,7 @@ use crate::text::one_line;
 use anyhow::Result;
 use clap::Args;
 use std::process::ExitCode;
-use tooltune_objectives::stats::{Rate, fisher_exact};
+use tooltune_objectives::stats::Rate;
 use tooltune_store::{LabelUse, Store, VerdictCounts};
 
 /// Arguments of `tooltune traces stats`.
@@ -26,61 +26,9 @@ pub struct StatsArgs {
     by: String,
 }
 
-/// One variant's figures for one tool, compared with the first variant's.
-#[derive(Debug, serde::Serialize)]
-struct VariantRow {
-    variant: String,
-    tool: String,
-    sessions: u64,
-    calls: u64,
-    /// Share of the variant's sessions that called the tool.
-    session_share: Rate,
-    /// The tool's share of all the variant's tool calls (calls within a session are not independent, so read its
-    /// interval as a guide; the session share is the unit of assignment).
-    call_share: Rate,
-    /// Failed calls among the tool's calls.
-    error_rate: Rate,
-    /// Fisher's exact test of session_share against the first variant's (None for the first variant).
-    share_p_vs_first: Option<f64>,
-    /// The same for call_share.
-    call_p_vs_first: Option<f64>,
-    /// The same for error_rate.
-    error_p_vs_first: Option<f64>,
-}
-
 async fn by_variant(store: &Store, tool: Option<&str>, json: bool) -> Result<ExitCode> {
-    // Unfiltered, so that a tool's share of calls is over all the variant's calls even with --tool.
-    let counts = store.proxy_variant_counts(None).await?;
-    let mut rows = Vec::new();
-    let all_calls = |variant: &str| -> u64 {
-        counts
-            .iter()
-            .filter(|x| x.variant == variant)
-            .map(|x| x.calls)
-            .sum()
-    };
-    for c in counts.iter().filter(|c| tool.is_none_or(|t| t == c.tool)) {
-        let first = counts.iter().find(|f| f.tool == c.tool);
-        let vs_first = |f: &dyn Fn(&tooltune_store::VariantToolCounts) -> (u64, u64)| {
-            first.filter(|f| f.variant != c.variant).map(|base| {
-                let (a, n) = f(base);
-                let (b, m) = f(c);
-                fisher_exact(a, n, b, m)
-            })
-        };
-        rows.push(VariantRow {
-            variant: c.variant.clone(),
-            tool: c.tool.clone(),
-            sessions: c.sessions,
-            calls: c.calls,
-            session_share: Rate::wilson(c.sessions_calling, c.sessions),
-            call_share: Rate::wilson(c.calls, all_calls(&c.variant)),
-            error_rate: Rate::wilson(c.errors, c.calls),
-            share_p_vs_first: vs_first(&|x| (x.sessions_calling, x.sessions)),
-            call_p_vs_first: vs_first(&|x| (x.calls, all_calls(&x.variant))),
-            error_p_vs_first: vs_first(&|x| (x.errors, x.calls)),
-        });
-    }
+    // The same rows the dashboard's variants page shows (`tooltune_store::variants`).
+    let rows = store.proxy_variant_rows(tool).await?;
     if json {
         println!(
             "{}",

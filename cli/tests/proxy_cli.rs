@@ -1,6 +1,7 @@
-//! `tooltune proxy` end to end over stdio: protocol fidelity with the official Python SDK's client against npm
-//! `server-everything` and our contractor server, the start-up check of tool names, a server that dies mid-session,
-//! A/B variants separated by `traces stats --by variant`, and the embedded agent driving sessions through the proxy.
+//! `tooltune proxy` end to end: protocol fidelity with the official Python SDK's client against npm
+//! `server-everything` and our contractor server (stdio and Streamable HTTP) and with rmcp's client against the
+//! contractor (both transports, both lifecycles), the start-up check of tool names over both transports, a server
+//! that dies mid-session, and A/B variants separated by `traces stats --by variant`.
 //! Needs `scripts/setup` (the Python SDK comes with the time server's virtualenv, server-everything with the
 //! node servers).
 
@@ -465,4 +466,260 @@ fn over_streamable_http_the_python_sdk_sees_the_rewritten_text_and_the_same_call
         .expect("stats");
     let v: Value = serde_json::from_slice(&stats.stdout).expect("json");
     assert_eq!(v["variants"][0]["calls"], 1, "{v}");
+}
+
+/// Starts a process that prints its URL as the first line of its stdout (the contractor with `--http`, the proxy
+/// with `--listen`); `None` when it exits first, with what it wrote to stderr.
+fn start_listening(cmd: &mut Command) -> Result<(std::process::Child, String), String> {
+    use std::io::{BufRead, Read};
+    let mut child = cmd
+        .env("TOOLTUNE_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut url = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut url)
+        .expect("url");
+    if url.starts_with("http://") {
+        return Ok((child, url.trim().to_string()));
+    }
+    let _ = child.wait();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    Err(err)
+}
+
+fn contractor_over_http() -> (std::process::Child, String) {
+    let server = contractor();
+    start_listening(
+        Command::new(&server[0])
+            .args(&server[1..])
+            .args(["--http", "127.0.0.1:0"]),
+    )
+    .expect("the contractor serves HTTP")
+}
+
+fn stop(mut child: std::process::Child) {
+    // Ctrl-C is how the proxy is stopped; it then stores what it recorded.
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+#[test]
+fn over_http_a_tool_the_upstream_lacks_is_refused_at_start_unless_no_check() {
+    let (upstream, url) = contractor_over_http();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ov = write(dir.path(), "ov.json", &json!({"serch_docs": "typo"}));
+    let proxy = |extra: &[&str]| {
+        start_listening(
+            Command::new(tooltune())
+                .arg("--database-url")
+                .arg(dir.path().join("t.db"))
+                .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", &url])
+                .args(extra)
+                .arg("--overrides")
+                .arg(&ov),
+        )
+    };
+    let refused = proxy(&[]);
+    let err = match refused {
+        Ok((child, purl)) => {
+            stop(child);
+            panic!("the proxy started at {purl} with a tool the upstream lacks");
+        }
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("has no tool serch_docs") && err.contains("search_docs, web_search"),
+        "{err}"
+    );
+    // The check is the only thing --no-check skips: the proxy then serves (and warns at the first listing).
+    let (child, purl) = proxy(&["--no-check"]).expect("--no-check starts");
+    assert!(purl.ends_with("/mcp"), "{purl}");
+    stop(child);
+    // A dead upstream is a start-up error too, naming the check and how to skip it.
+    stop(upstream);
+    let err = proxy(&[]).expect_err("a dead upstream refuses the start");
+    assert!(
+        err.contains("checking the tools of") && err.contains("--no-check"),
+        "{err}"
+    );
+}
+
+/// What an rmcp client sees of the contractor: its tools and the results of a few calls (one to a tool it lacks,
+/// whose refusal is compared as text).
+async fn rmcp_view<T, E, A>(
+    transport: T,
+    lifecycle: rmcp::ClientLifecycleMode,
+    version: rmcp::model::ProtocolVersion,
+) -> (Vec<Value>, Vec<Value>)
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::ClientServiceExt;
+    use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("proxy-test", "1"),
+    )
+    .with_protocol_version(version);
+    let service = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        client.serve_with_lifecycle(transport, lifecycle),
+    )
+    .await
+    .expect("handshake in time")
+    .expect("handshake");
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|t| serde_json::to_value(t).expect("tool"))
+        .collect();
+    let mut calls = Vec::new();
+    for (tool, args) in [
+        ("search_docs", json!({"query": "webhook signature header"})),
+        ("web_search", json!({"query": "quillmark pricing"})),
+        ("search_docs", json!({})),
+        ("no_such_tool", json!({})),
+    ] {
+        let params = CallToolRequestParams::new(tool.to_string())
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        calls.push(match service.peer().call_tool(params).await {
+            Ok(r) => serde_json::to_value(r).expect("result"),
+            Err(e) => json!({"refused": e.to_string()}),
+        });
+    }
+    let _ = service.cancel().await;
+    (tools, calls)
+}
+
+#[test]
+fn the_rmcp_client_sees_the_rewritten_description_and_identical_results_through_the_proxy() {
+    use rmcp::ClientLifecycleMode;
+    use rmcp::model::ProtocolVersion;
+    use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+    let server = contractor();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "Search Quillmark's internal engineering documentation.";
+    let ov = write(dir.path(), "ov.json", &json!({"search_docs": text}));
+    let db = dir.path().join("t.db");
+    let (upstream, url) = contractor_over_http();
+    let (http_proxy, purl) = start_listening(
+        Command::new(tooltune())
+            .arg("--database-url")
+            .arg(dir.path().join("http.db"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &url,
+                "--overrides",
+            ])
+            .arg(&ov),
+    )
+    .expect("the HTTP proxy starts");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // Both lifecycles rmcp speaks: initialize (2025-11-25), and server/discover without initialize (2026-07-28).
+    let lifecycles = [
+        (
+            ClientLifecycleMode::Initialize,
+            ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ),
+        (
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            ProtocolVersion::V_2026_07_28,
+        ),
+    ];
+    let mut compared = 0;
+    for (lifecycle, version) in lifecycles {
+        let child = |proxied: bool| {
+            let mut cmd = if proxied {
+                let mut c = tokio::process::Command::new(tooltune());
+                c.arg("--database-url")
+                    .arg(&db)
+                    .args(["proxy", "--overrides"])
+                    .arg(&ov)
+                    .arg("--")
+                    .args(&server);
+                c
+            } else {
+                let mut c = tokio::process::Command::new(&server[0]);
+                c.args(&server[1..]);
+                c
+            };
+            cmd.env("TOOLTUNE_LOG", "error");
+            TokioChildProcess::new(cmd).expect("spawn")
+        };
+        let views = rt.block_on(async {
+            [
+                (
+                    "stdio, direct",
+                    rmcp_view(child(false), lifecycle.clone(), version.clone()).await,
+                ),
+                (
+                    "stdio, proxied",
+                    rmcp_view(child(true), lifecycle.clone(), version.clone()).await,
+                ),
+                (
+                    "HTTP, direct",
+                    rmcp_view(
+                        StreamableHttpClientTransport::from_uri(url.clone()),
+                        lifecycle.clone(),
+                        version.clone(),
+                    )
+                    .await,
+                ),
+                (
+                    "HTTP, proxied",
+                    rmcp_view(
+                        StreamableHttpClientTransport::from_uri(purl.clone()),
+                        lifecycle.clone(),
+                        version.clone(),
+                    )
+                    .await,
+                ),
+            ]
+        });
+        for pair in views.chunks(2) {
+            let [(_, (direct_tools, direct_calls)), (what, (tools, calls))] = pair else {
+                unreachable!("views come in pairs");
+            };
+            assert_eq!(direct_tools.len(), 2, "{direct_tools:?}");
+            // The proxied listing is the direct one with search_docs's description replaced, nothing else.
+            let mut expected = direct_tools.clone();
+            for t in &mut expected {
+                if t["name"] == "search_docs" {
+                    assert_ne!(t["description"], json!(text));
+                    t["description"] = json!(text);
+                }
+            }
+            assert_eq!(tools, &expected, "{what} ({version:?}): tools differ");
+            assert_eq!(
+                calls, direct_calls,
+                "{what} ({version:?}): call results differ"
+            );
+            assert!(
+                calls[3].get("refused").is_some() || calls[3]["isError"] == json!(true),
+                "{what}: a call to a missing tool succeeded: {}",
+                calls[3]
+            );
+            compared += 1;
+        }
+    }
+    stop(http_proxy);
+    stop(upstream);
+    assert_eq!(compared, 4);
 }

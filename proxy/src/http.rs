@@ -5,7 +5,10 @@
 //! as it is written.
 //!
 //! Sessions are keyed by the upstream's `Mcp-Session-Id`, so a host that reconnects with its session id keeps its
-//! variant and its record; a server that gives no session id is one shared session.
+//! variant and its record. A server that gives no session id (stateless) is one shared session: every host's
+//! exchanges go into one record under one variant. A record per exchange was the alternative, but a stateless
+//! server's exchanges carry nothing that ties a `tools/call` to the `tools/list` the host read, so each call would
+//! lose its description version and the variant could change between a listing and the call it led to.
 
 use crate::record::{Recorder, Writer};
 use crate::session::{
@@ -21,7 +24,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tooltune_store::{NewProxySession, Store};
 
 /// How the HTTP proxy runs.
@@ -43,15 +46,16 @@ pub struct HttpOptions {
     pub upstream_token: Option<String>,
 }
 
-/// Headers that travel between host and server as they are. Everything else (hop-by-hop headers, the host's
-/// `Authorization` for the proxy itself, cookies) stays on its side.
-const FORWARDED: [&str; 5] = [
-    "content-type",
-    "accept",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-];
+/// Headers that travel between host and server as they are, besides every `Mcp-*` header (session id, protocol
+/// revision, and from 2026-07-28 the standard headers `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` that servers
+/// check against the body: rmcp's server refuses a 2026-07-28 request without them). Everything else (hop-by-hop
+/// headers, the host's `Authorization` for the proxy itself, cookies) stays on its side.
+const FORWARDED: [&str; 3] = ["content-type", "accept", "last-event-id"];
+
+/// Whether a header crosses the proxy (in either direction).
+fn forwarded(name: &HeaderName) -> bool {
+    FORWARDED.contains(&name.as_str()) || name.as_str().starts_with("mcp-")
+}
 
 /// Bodies larger than this are refused (a JSON-RPC message is small; this bounds memory per request).
 const MAX_BODY: usize = 16 << 20;
@@ -188,6 +192,173 @@ impl HttpProxy {
         }
         Ok(())
     }
+}
+
+/// Connects to the upstream once as a client (initialize, tools/list over every page, then ends the session with
+/// DELETE), so that the names the proxy may rewrite are checked before any host connects: a misspelt tool is a
+/// start-up error over HTTP as it is over stdio, not a warning at the first listing.
+pub async fn list_tools(
+    upstream: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<String>, ProxyError> {
+    let server = upstream_name(upstream);
+    let probe = |message: String| ProxyError::Probe {
+        server: server.clone(),
+        message,
+    };
+    // Its own client: the check ends before the proxy's client exists, and must not leave a connection behind.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| probe(e.to_string()))?;
+    let work = async {
+        let mut session: Option<String> = None;
+        let mut protocol: Option<String> = None;
+        let post = |body: Value, session: &Option<String>, protocol: &Option<String>| {
+            let mut req = client
+                .post(upstream)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(body.to_string());
+            if let Some(s) = session {
+                req = req.header("mcp-session-id", s.as_str());
+            }
+            if let Some(p) = protocol {
+                req = req.header("mcp-protocol-version", p.as_str());
+            }
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            req.send()
+        };
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "tooltune-proxy-check", "version": env!("CARGO_PKG_VERSION")}}});
+        let resp = post(init, &session, &protocol)
+            .await
+            .map_err(|e| e.to_string())?;
+        session = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let r = reply_to(resp, 0).await?;
+        protocol = r
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        post(note, &session, &protocol)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut names = Vec::new();
+        let mut cursor: Option<Value> = None;
+        let mut listed = Ok(());
+        for id in 1..1000 {
+            let params = match &cursor {
+                Some(c) => serde_json::json!({"cursor": c}),
+                None => serde_json::json!({}),
+            };
+            let list = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
+            let r = match post(list, &session, &protocol).await {
+                Ok(resp) => reply_to(resp, id).await,
+                Err(e) => Err(e.to_string()),
+            };
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    listed = Err(e);
+                    break;
+                }
+            };
+            if let Some(e) = r.get("error") {
+                listed = Err(format!("tools/list failed: {e}"));
+                break;
+            }
+            names.extend(
+                r.pointer("/result/tools")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t.get("name").and_then(Value::as_str))
+                    .map(str::to_string),
+            );
+            cursor = r
+                .pointer("/result/nextCursor")
+                .filter(|c| !c.is_null())
+                .cloned();
+            if cursor.is_none() {
+                break;
+            }
+        }
+        // The check's session is ended, so that a server with a session limit does not count it until it expires.
+        if let Some(s) = &session {
+            let mut req = client.delete(upstream).header("mcp-session-id", s.as_str());
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let _ = req.send().await;
+        }
+        listed.map(|()| names)
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(names)) => Ok(names),
+        Ok(Err(e)) => Err(probe(format!("{e} (use --no-check to skip this check)"))),
+        Err(_) => Err(probe(format!(
+            "no answer within {} s (use --no-check to skip this check)",
+            timeout.as_secs()
+        ))),
+    }
+}
+
+/// The response to request `id` in an upstream's answer: a JSON body, or the first SSE event carrying it (read
+/// event by event: a server may keep the stream open after it).
+async fn reply_to(resp: reqwest::Response, id: i64) -> Result<Value, String> {
+    let status = resp.status();
+    let is_sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let matches =
+        |v: &Value| v.get("id").and_then(Value::as_i64) == Some(id) && v.get("method").is_none();
+    if !is_sse {
+        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            )
+        })?;
+        let found = match v {
+            Value::Array(a) => a.into_iter().find(|m| matches(m)),
+            other => Some(other).filter(|m| matches(m)),
+        };
+        return found.ok_or_else(|| format!("HTTP {status}: no answer to request {id}"));
+    }
+    let mut stream = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        buf.extend_from_slice(&chunk.map_err(|e| e.to_string())?);
+        while let Some((end, sep)) = find_event_end(&buf) {
+            let event = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + sep);
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            if let Ok(v) = serde_json::from_str::<Value>(&data.join("\n"))
+                && matches(&v)
+            {
+                return Ok(v);
+            }
+        }
+    }
+    Err(format!(
+        "HTTP {status}: the stream ended without an answer to request {id}"
+    ))
 }
 
 async fn finish(live: Arc<Live>) -> Result<(), ProxyError> {
@@ -367,10 +538,8 @@ async fn handle(
     let mut req = shared
         .client
         .request(method.clone(), &shared.options.upstream);
-    for name in FORWARDED {
-        if let Some(v) = headers.get(name) {
-            req = req.header(name, v.as_bytes());
-        }
+    for (name, v) in headers.iter().filter(|(n, _)| forwarded(n)) {
+        req = req.header(name.as_str(), v.as_bytes());
     }
     if let Some(t) = &shared.options.upstream_token {
         req = req.bearer_auth(t);
@@ -414,6 +583,18 @@ async fn handle(
         match existing {
             Some(l) => l,
             None => {
+                if key.is_empty() {
+                    // Every host of a server without session ids is one session: one record, one variant (drawn
+                    // from the empty key), so such a server cannot be A/B tested over HTTP (see trace-format.md).
+                    tracing::warn!(
+                        "the upstream gave no Mcp-Session-Id: all hosts share one recorded session{}",
+                        if shared.options.variants.len() > 1 {
+                            " and one variant"
+                        } else {
+                            ""
+                        }
+                    );
+                }
                 let opened = open_session(&shared, &key, early).await;
                 // The provisional session tracked the initialize request: carry its pending state over.
                 if let (Ok(mut new), Ok(mut old)) =
@@ -444,9 +625,10 @@ async fn handle(
     }
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut out = Response::builder().status(status);
-    for name in ["content-type", "mcp-session-id", "mcp-protocol-version"] {
-        if let Some(v) = resp.headers().get(name) {
-            out = out.header(HeaderName::from_static(name), v.as_bytes());
+    for (name, v) in resp.headers().iter() {
+        // reqwest and axum share the `http` crate's types, so a header passes as it came.
+        if forwarded(name) && name.as_str() != "accept" && name.as_str() != "last-event-id" {
+            out = out.header(name, v);
         }
     }
     let is_sse = resp
@@ -584,6 +766,24 @@ mod tests {
         assert!(new.starts_with("id: 7\nevent: message\ndata: {"), "{new}");
         assert!(new.contains("\"New.\"") && !new.contains("Old."), "{new}");
         assert_eq!(rewrite_event(&live, ": a comment"), None);
+    }
+
+    #[test]
+    fn mcp_headers_cross_and_the_hosts_credentials_do_not() {
+        for h in [
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "mcp-method",
+            "mcp-name",
+            "mcp-param-region",
+            "content-type",
+            "last-event-id",
+        ] {
+            assert!(forwarded(&HeaderName::from_static(h)), "{h}");
+        }
+        for h in ["authorization", "cookie", "host", "connection", "x-mcp-foo"] {
+            assert!(!forwarded(&HeaderName::from_static(h)), "{h}");
+        }
     }
 
     #[test]

@@ -70,6 +70,19 @@ pub struct Variant {
     pub rewrites: BTreeMap<String, String>,
 }
 
+/// The tools the variants name that `offered` lacks, sorted, each once: what the start-up check refuses.
+pub fn missing_tools(variants: &[Variant], offered: &[String]) -> Vec<String> {
+    let mut missing: Vec<String> = variants
+        .iter()
+        .flat_map(|v| v.rewrites.keys())
+        .filter(|n| !offered.contains(n))
+        .cloned()
+        .collect();
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
 /// Picks a variant for a session key, in proportion to `weights` (one per variant, not all zero). The same key
 /// always gets the same variant, so a host that reconnects with the same key keeps what it saw; across keys the
 /// sha256 of the key spreads sessions by the weights.
@@ -114,6 +127,20 @@ mod tests {
         assert!((share - 0.75).abs() < 0.02, "share of the second: {share}");
         assert_eq!(assign("k", &[0.0, 1.0]), 1);
         assert_eq!(assign("k", &[]), 0);
+    }
+
+    #[test]
+    fn missing_tools_are_those_any_variant_names_that_the_server_lacks() {
+        let v = |name: &str, tools: &[&str]| Variant {
+            name: name.into(),
+            rewrites: tools.iter().map(|t| (t.to_string(), "x".into())).collect(),
+        };
+        let offered = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(
+            missing_tools(&[v("1", &["a", "z"]), v("2", &["z", "c"])], &offered),
+            vec!["c".to_string(), "z".to_string()]
+        );
+        assert!(missing_tools(&[v("1", &["b"]), v("2", &[])], &offered).is_empty());
     }
 
     proptest! {

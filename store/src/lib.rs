@@ -13,6 +13,7 @@ mod labels;
 mod proxy;
 mod runs;
 mod stats;
+pub mod variants;
 mod writeback;
 
 pub use cache::CachedResult;

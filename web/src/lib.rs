@@ -17,6 +17,7 @@ mod jobs;
 mod pages;
 mod render;
 mod sse;
+mod variants;
 mod view;
 
 use axum::Router;
@@ -320,6 +321,7 @@ fn router(state: AppState) -> Router {
         .route("/runs/{id}/report", get(pages::run_report))
         .route("/report", get(pages::report))
         .route("/trajectories/{id}", get(pages::trajectory))
+        .route("/variants", get(variants::page))
         .route("/static/app.css", get(pages::css))
         .route("/static/app.js", get(pages::js))
         .route("/api/health", get(api::health))
@@ -335,6 +337,7 @@ fn router(state: AppState) -> Router {
         .route("/api/runs/{id}/stop", post(api::stop_run))
         .route("/api/trajectories/{id}", get(api::trajectory))
         .route("/api/report", get(api::report))
+        .route("/api/variants", get(variants::api))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .layer(axum::middleware::from_fn_with_state(

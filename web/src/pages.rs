@@ -26,6 +26,7 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../templates/trajectory.html"),
     ),
     ("error.html", include_str!("../templates/error.html")),
+    ("variants.html", include_str!("../templates/variants.html")),
 ];
 
 /// The template environment with the filters the pages use.
