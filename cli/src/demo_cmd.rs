@@ -322,6 +322,7 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
                 .validation_sample
                 .or(Some(DEMO_VALIDATION_SAMPLE)),
             test_sample: args.search.test_sample.or(Some(DEMO_TEST_SAMPLE)),
+            workers: None,
         };
         // The first run's estimate also counts the second run, so it is of the whole demo.
         let (bar, on_event) = crate::progress::printer(

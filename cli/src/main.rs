@@ -15,6 +15,7 @@ mod search_args;
 mod serve_cmd;
 mod stats_cmd;
 mod text;
+mod worker_cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -73,6 +74,8 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Serve the JSON API and the dashboard (tools, runs with live progress, trajectories) over the store.
     Serve(serve_cmd::ServeArgs),
+    /// Take rollout jobs of runs started with --workers from the PostgreSQL store and play them on this machine.
+    Worker(worker_cmd::WorkerArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -138,6 +141,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo(args) => demo_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Report(args) => report_cmd::run(&db, args).await,
         Command::Serve(args) => serve_cmd::run(&db, args).await,
+        Command::Worker(args) => worker_cmd::run(&db, cli.config.as_deref(), args).await,
     }
 }
 

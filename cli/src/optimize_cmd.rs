@@ -76,6 +76,15 @@ pub struct OptimizeArgs {
     /// Resume this run from its last checkpoint.
     #[arg(long)]
     resume: Option<String>,
+    /// Send the run's rollouts and screens as jobs to `tooltune worker` processes, on this machine or others,
+    /// instead of playing them here. Needs a PostgreSQL store (--database-url postgres://...): the queue lives in
+    /// it. Without a worker running, the run waits (and says so after a minute).
+    #[arg(long, conflicts_with_all = ["resume", "from_traces"])]
+    workers: bool,
+    /// With --workers: how many times a job may be taken (its worker killed or cut off each time) before it
+    /// counts as an infrastructure failure.
+    #[arg(long, default_value_t = 3, requires = "workers")]
+    max_attempts: u32,
     /// Write the winning descriptions as JSON keyed by tool name.
     #[arg(long)]
     export: Option<PathBuf>,
@@ -208,6 +217,9 @@ pub async fn run(
             seed_overrides: args.search.seed_overrides()?,
             validation_sample: args.search.validation_sample,
             test_sample: args.search.test_sample,
+            workers: args.workers.then_some(tooltune_driver::WorkerPolicy {
+                max_attempts: args.max_attempts,
+            }),
         };
         let models = models(
             &cfg.agent,

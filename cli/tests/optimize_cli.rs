@@ -1,6 +1,7 @@
 //! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
 //! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
-//! Then `tooltune report` on both stored runs, its figures checked against the store.
+//! Then `tooltune report` on both stored runs, its figures checked against the store. And the same run with its
+//! rollouts played by three `tooltune worker` processes on PostgreSQL, one of them killed mid-batch.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -95,21 +96,43 @@ const ARGS: &[&str] = &[
     "--json",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let suite_args: Vec<String> = ARGS
-        .iter()
+/// ARGS with the suite's path made absolute.
+fn args() -> Vec<String> {
+    ARGS.iter()
         .map(|a| match a.strip_prefix("../") {
             Some(rest) => workspace().join(rest).display().to_string(),
             None => a.to_string(),
         })
-        .collect();
+        .collect()
+}
+
+/// The reference: a run of ARGS in one process, never interrupted (its store and its JSON). Made once and shared
+/// by the tests of this file, in cargo's scratch folder for integration tests.
+fn reference() -> &'static (String, Value) {
+    static REFERENCE: std::sync::OnceLock<(String, Value)> = std::sync::OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let db = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("optimize-reference-{}.sqlite", std::process::id()));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        let db = db.display().to_string();
+        let args = args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let a = json(&optimize(&db, &args).output().expect("reference run"));
+        (db, a)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let suite_args = args();
     let args: Vec<&str> = suite_args.iter().map(String::as_str).collect();
 
     // The reference: a run that is never interrupted.
-    let db_a = dir.path().join("a.sqlite").display().to_string();
-    let a = json(&optimize(&db_a, &args).output().expect("run a"));
+    let (db_a, a) = reference();
+    let (db_a, a) = (db_a.as_str(), a.clone());
 
     // The same run, killed with SIGKILL once a few rollouts are stored, then resumed.
     let db_b = dir.path().join("b.sqlite").display().to_string();
@@ -204,8 +227,8 @@ async fn optimize_resumes_after_kill_and_matches_an_uninterrupted_run() {
     assert!(b["candidates"].as_array().is_some_and(|c| !c.is_empty()));
 
     // The report of each stored run shows what the store holds.
-    let run_a = query_strings(&db_a, "SELECT id FROM runs").await.remove(0);
-    check_report(&db_a, &run_a, &dir.path().join("report-a")).await;
+    let run_a = query_strings(db_a, "SELECT id FROM runs").await.remove(0);
+    check_report(db_a, &run_a, &dir.path().join("report-a")).await;
     check_report(&db_b, &run_id, &dir.path().join("report-b")).await;
     // TOOLTUNE_KEEP_TEST_DB=DIR keeps both stores and reports, to look at them after the test.
     if let Some(keep) = std::env::var_os("TOOLTUNE_KEEP_TEST_DB") {
@@ -337,5 +360,187 @@ async fn check_report(db: &str, run_id: &str, out: &Path) {
             "description of c{} missing from the page: {d}",
             step["candidate"]
         );
+    }
+}
+
+/// A fresh database on the PostgreSQL named by `TOOLTUNE_TEST_POSTGRES_URL` (required, as in the store's tests):
+/// its URL, and the admin URL and name to drop it with.
+async fn fresh_postgres() -> (String, String, String) {
+    use sqlx::Connection;
+    let admin = std::env::var("TOOLTUNE_TEST_POSTGRES_URL").expect(
+        "TOOLTUNE_TEST_POSTGRES_URL must name a PostgreSQL server: run the tests through scripts/test, which starts one",
+    );
+    let name = format!(
+        "tooltune_workers_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    );
+    let mut c = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test PostgreSQL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut c)
+        .await
+        .expect("create test database");
+    let (base, _) = admin.rsplit_once('/').expect("URL with a database path");
+    (format!("{base}/{name}"), admin, name)
+}
+
+async fn pg_i64(url: &str, sql: &str) -> i64 {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query_scalar(sql).fetch_one(&mut c).await.expect(sql)
+}
+
+/// A `tooltune worker` on `db` printing its events as JSON lines; short visibility timeout, so a killed worker's
+/// jobs come back within seconds.
+fn worker(db: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tooltune"))
+        .arg("--database-url")
+        .arg(db)
+        .args([
+            "worker",
+            "--model",
+            "local:fast",
+            "--visibility-timeout",
+            "5",
+            "--json",
+        ])
+        .arg("--suite-dir")
+        .arg(workspace().join("datasets/suites"))
+        .env("TOOLTUNE_BIN_DIR", bin_dir())
+        .env_remove("TOOLTUNE_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process_run() {
+    use std::io::BufRead;
+    let (a_db, a) = reference();
+    let _ = a_db;
+    let (db, admin, name) = fresh_postgres().await;
+    // Three workers; their event lines come to one channel, tagged with the worker's index.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Value)>();
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let mut w = worker(&db);
+        let out = w.stdout.take().expect("worker stdout");
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send((i, v));
+                }
+            }
+        });
+        workers.push(Some(w));
+    }
+    let mut args = args();
+    args.push("--workers".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = optimize(&db, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run on workers");
+    // Kill the first worker seen taking jobs, before it can finish them: SIGKILL mid-batch.
+    let started = Instant::now();
+    let killed = loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok((i, e)) if e["event"] == "taken" => {
+                let mut w = workers[i].take().expect("worker alive");
+                w.kill().expect("SIGKILL");
+                w.wait().expect("reaped");
+                break i;
+            }
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(600),
+                    "no worker took a job"
+                );
+            }
+            Err(e) => panic!("worker events: {e}"),
+        }
+    };
+    let out = run.wait_with_output().expect("run on workers");
+    for mut w in workers.into_iter().flatten() {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let b = json(&out);
+    let events: Vec<(usize, Value)> = rx.try_iter().collect();
+
+    // The same search as on one process.
+    for key in [
+        "winner",
+        "winner_descriptions",
+        "rollouts",
+        "stop_reason",
+        "screened",
+        "proposals",
+        "screened_out",
+    ] {
+        assert_eq!(a[key], b[key], "{key} differs on workers");
+    }
+    assert_eq!(a["test"]["winner"], b["test"]["winner"]);
+    assert_eq!(a["test"]["seed"], b["test"]["seed"]);
+
+    // The killed worker's jobs were taken again and finished by the others; every job has one result; work was
+    // spread; and each (candidate, task, rollout) has one trajectory.
+    let retried = pg_i64(&db, "SELECT COUNT(*) FROM job_results WHERE attempts >= 2").await;
+    assert!(retried >= 1, "no job was taken again after the kill");
+    let given_up = pg_i64(&db, "SELECT COUNT(*) FROM job_results WHERE infra = 1").await;
+    assert_eq!(given_up, 0, "a job was given up");
+    let by = pg_i64(&db, "SELECT COUNT(DISTINCT worker) FROM job_results").await;
+    assert!(by >= 2, "results came from {by} worker(s)");
+    let duplicates = pg_i64(
+        &db,
+        "SELECT COUNT(*) FROM (SELECT candidate_id, external_id, rollout FROM trajectories \
+         GROUP BY candidate_id, external_id, rollout HAVING COUNT(*) > 1) d",
+    )
+    .await;
+    assert_eq!(duplicates, 0, "a rollout was stored twice");
+    // Every rollout's trajectory is stored, and no other (a rollout reused under another candidate with the
+    // same descriptions shares its trajectory).
+    let referenced = pg_i64(
+        &db,
+        "SELECT COUNT(DISTINCT trajectory_id) FROM run_rollouts WHERE trajectory_id IS NOT NULL",
+    )
+    .await;
+    let trajectories = pg_i64(&db, "SELECT COUNT(*) FROM trajectories").await;
+    let missing = pg_i64(
+        &db,
+        "SELECT COUNT(*) FROM run_rollouts r WHERE r.trajectory_id IS NOT NULL \
+         AND NOT EXISTS (SELECT 1 FROM trajectories t WHERE t.id = r.trajectory_id)",
+    )
+    .await;
+    assert_eq!(missing, 0, "a rollout's trajectory was lost");
+    assert_eq!(referenced, trajectories, "a trajectory no rollout names");
+    // Nothing is left in the queue.
+    let queue: String = {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
+        sqlx::query_scalar("SELECT queue FROM job_queues")
+            .fetch_one(&mut c)
+            .await
+            .expect("one queue")
+    };
+    let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
+    assert_eq!(left, 0, "jobs left in the queue");
+    assert!(
+        events.iter().all(|(i, _)| *i != killed),
+        "the killed worker reported after its kill"
+    );
+
+    use sqlx::Connection;
+    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut c)
+            .await;
     }
 }

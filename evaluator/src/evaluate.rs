@@ -171,6 +171,33 @@ pub struct TaskResult {
     pub read_only_violations: Vec<String>,
 }
 
+impl TaskResult {
+    /// The result of a task that could not be played (its server would not start, its worker was lost each time
+    /// it took it): an infrastructure failure, which says nothing about the candidate.
+    pub fn infrastructure_failure(task_id: &str, owner: Option<String>, message: String) -> Self {
+        TaskResult {
+            task_id: task_id.to_string(),
+            owner,
+            success: false,
+            score: 0.0,
+            feedback: String::new(),
+            final_answer: None,
+            called: Vec::new(),
+            target_first: false,
+            target_called: false,
+            first_call_probabilities: None,
+            no_call_probability: None,
+            routing_probability: None,
+            infra_failure: Some(message),
+            trajectory_id: None,
+            first_move_samples: None,
+            side_effect_calls: Vec::new(),
+            changed_fixture: None,
+            read_only_violations: Vec::new(),
+        }
+    }
+}
+
 /// Where the time went.
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct Timings {
@@ -241,6 +268,10 @@ pub struct SuiteResult {
     /// Tools caught writing although they declare `readOnlyHint: true` (see [`TaskResult::read_only_violations`]).
     #[serde(default)]
     pub read_only_violations: Vec<String>,
+    /// The rollouts' trajectories, when `evaluate` was given no store to write them to (a worker hands them to
+    /// the driver with each result instead). Not part of the result's JSON.
+    #[serde(skip)]
+    pub trajectories: Vec<tooltune_core::Trajectory>,
 }
 
 impl SuiteResult {
@@ -344,6 +375,7 @@ pub async fn evaluate(
     // Workspaces (fixture copies with started servers) for the next chunk, prepared while this one runs.
     let mut prepared = fixture.map(|f| Prepared::start(f, &suite.server, 0, chunks[0].len()));
     let mut closing = Vec::new();
+    let mut kept = Vec::new();
     for (c, chunk) in chunks.iter().enumerate() {
         let chunk: &[&Task] = chunk;
         // Exact first-call probabilities (one shared prefill per chunk on the local backend).
@@ -551,6 +583,8 @@ pub async fn evaluate(
                         .await
                         .map_err(|e| EvalError::Store(e.to_string()))?;
                     timings.store_s += t0.elapsed().as_secs_f64();
+                } else {
+                    kept.extend(to_store);
                 }
             }
         }
@@ -561,14 +595,16 @@ pub async fn evaluate(
         let _ = h.await;
     }
     timings.total_s = started.elapsed().as_secs_f64();
-    Ok(summarise(
+    let mut result = summarise(
         suite,
         target,
         opts.mode,
         results,
         timings,
         fixture.is_some() || suite.reset.is_some(),
-    ))
+    );
+    result.trajectories = kept;
+    Ok(result)
 }
 
 fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> ChatRequest {
@@ -876,6 +912,7 @@ fn summarise(
         fixture,
         side_effect_tools,
         read_only_violations,
+        trajectories: Vec::new(),
     }
 }
 

@@ -29,6 +29,22 @@ pub trait ToolServer: Send + Sync {
     async fn call(&self, name: &str, arguments: &Value) -> Result<CallOutcome, InfraFailure>;
 }
 
+/// What changes when the host's behaviour changes (its loop, prompts, parsing): bump it, and every stored
+/// rollout key changes with it, and workers of another version stop taking this version's jobs.
+pub const HOST_VERSION: &str = "host-2";
+
+/// The SIMD path this build runs the local model on: greedy output differs between them (see MODELS.md), so it is
+/// part of what a rollout is a function of.
+pub fn simd_path() -> &'static str {
+    if cfg!(target_feature = "avx512f") {
+        "avx512"
+    } else if cfg!(target_feature = "avx2") {
+        "avx2"
+    } else {
+        "baseline"
+    }
+}
+
 /// How the host runs rollouts.
 #[derive(Debug, Clone)]
 pub struct HostConfig {

@@ -80,6 +80,7 @@ fn config(objective: Objective) -> RunConfig {
         seed_overrides: Default::default(),
         validation_sample: None,
         test_sample: None,
+        workers: None,
     }
 }
 

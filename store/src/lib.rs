@@ -9,6 +9,7 @@
 mod body;
 mod cache;
 mod import;
+mod jobs;
 mod labels;
 mod proxy;
 mod runs;
@@ -18,6 +19,7 @@ mod writeback;
 
 pub use cache::CachedResult;
 pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, SkippedRecord};
+pub use jobs::{JobQueue, JobResult, JobSuite, WorkerRow};
 pub use labels::{Failing, Label, LabelSource, LabelUse, NewLabel, Tally, ToLabel, VerdictCounts};
 pub use proxy::{NewProxySession, ProxyCall, SessionFacts, VariantToolCounts};
 pub use runs::{RolloutRow, RunRow};
@@ -123,6 +125,18 @@ pub struct Store {
     dictionaries: body::Dictionaries,
     /// The SQLite database file, whose disk writes a large import starts early (see `writeback.rs`).
     sqlite_file: Option<Arc<Path>>,
+    /// The URL the store was opened with, for another connection to the same database (the job queue's).
+    url: OpenedUrl,
+}
+
+/// A URL that may hold a password: its `Debug` form is redacted, so a logged `Store` never shows it.
+#[derive(Clone)]
+struct OpenedUrl(Arc<str>);
+
+impl std::fmt::Debug for OpenedUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
 }
 
 /// How every SQLite connection is set up: the pool's (see `Store::open` for why each) and an import's own.
@@ -206,6 +220,7 @@ impl Store {
             backend,
             dictionaries: Default::default(),
             sqlite_file,
+            url: OpenedUrl(Arc::from(url.as_str())),
         })
     }
 
@@ -217,6 +232,12 @@ impl Store {
     /// Which database this is.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The URL the store was opened with, for another client of the same database (the job queue of
+    /// `tooltune-worker`). It may hold a password: show it only through [`redact_url`].
+    pub fn database_url(&self) -> &str {
+        &self.url.0
     }
 
     /// The connection pool, for other crates' own tables in later migrations. Kept crate-visible only through

@@ -258,6 +258,12 @@ pub(crate) struct StartRun {
     /// Budget in screened task evaluations.
     #[serde(default = "default_max_screened")]
     max_screened: u64,
+    /// Send the run's rollouts and screens to `tooltune worker` processes (PostgreSQL stores only).
+    #[serde(default)]
+    workers: bool,
+    /// With `workers`: how many times a job may be taken before it counts as an infrastructure failure.
+    #[serde(default)]
+    max_attempts: Option<u32>,
 }
 
 fn default_max_screened() -> u64 {
@@ -332,6 +338,12 @@ impl StartRun {
         {
             return Err(bad("max_minutes must be a positive number".into()));
         }
+        if self.workers && s.store.backend() != tooltune_store::Backend::Postgres {
+            return Err(bad(
+                "workers need a PostgreSQL store: the job queue lives in the store's database"
+                    .into(),
+            ));
+        }
         let agent = self
             .model
             .unwrap_or_else(|| s.jobs.default_model().to_string());
@@ -375,6 +387,11 @@ impl StartRun {
             seed_overrides: self.overrides,
             validation_sample: None,
             test_sample: None,
+            workers: self.workers.then(|| tooltune_driver::WorkerPolicy {
+                max_attempts: self
+                    .max_attempts
+                    .unwrap_or(tooltune_driver::WorkerPolicy::default().max_attempts),
+            }),
             minibatch: self.minibatch,
             patience: self.patience,
             score_threshold: self.score_threshold,

@@ -141,6 +141,7 @@ async fn main() {
         test_sample: std::env::var("TOOLTUNE_BENCH_TEST_SAMPLE")
             .ok()
             .and_then(|v| v.parse().ok()),
+        workers: None,
     };
     println!(
         "{} on `{target}` of {} ({} tasks), model {which:?} as agent and reflector, budget {budget} rollouts, \

@@ -51,6 +51,9 @@ pub enum DriverError {
     /// A stored or computed objective fact was invalid.
     #[error(transparent)]
     Objectives(#[from] tooltune_objectives::ObjectivesError),
+    /// The job queue failed (a run with workers).
+    #[error(transparent)]
+    Worker(#[from] tooltune_worker::WorkerError),
     /// The run's configuration is unusable.
     #[error("run configuration: {0}")]
     Config(String),
@@ -130,6 +133,10 @@ pub struct RunConfig {
     /// per test task for the seed and again for the winner); a screen costs about a fifth of one.
     #[serde(default)]
     pub test_sample: Option<usize>,
+    /// Send rollouts and screens as jobs to `tooltune worker` processes (PostgreSQL stores only) instead of
+    /// playing them in this process. `None`: play them here.
+    #[serde(default)]
+    pub workers: Option<tooltune_worker::WorkerPolicy>,
 }
 
 /// A fixed sample of `n` of `tasks` (id, owner tool), balanced across owners: each owner's tasks are ordered by a
@@ -271,21 +278,9 @@ pub fn candidate_key(descriptions: &Descriptions) -> String {
     )
 }
 
-/// What changes when the host's behaviour changes (its loop, prompts, parsing): bump it, and every stored
-/// rollout key changes with it.
-pub const HOST_VERSION: &str = "host-2";
-
-/// The SIMD path this build runs the local model on: greedy output differs between them (see MODELS.md), so it is
-/// part of what a rollout is a function of.
-fn simd_path() -> &'static str {
-    if cfg!(target_feature = "avx512f") {
-        "avx512"
-    } else if cfg!(target_feature = "avx2") {
-        "avx2"
-    } else {
-        "baseline"
-    }
-}
+pub use tooltune_evaluator::host::HOST_VERSION;
+use tooltune_evaluator::host::simd_path;
+pub use tooltune_worker::WorkerPolicy;
 
 /// The content address of one task's result: with greedy decoding a rollout (and an exact screen) is a pure
 /// function of the world (`world`: model, host, suite, server, tools shown), the task and the rollout index; a
@@ -396,6 +391,8 @@ struct Ctx<'a> {
     screened_spent: std::sync::atomic::AtomicU64,
     /// Set once the run has warned that rollouts called tools that may write on a server nothing resets.
     warned_order: std::sync::atomic::AtomicBool,
+    /// With workers: where rollouts and screens go instead of this process's evaluator.
+    dispatcher: Option<tooltune_worker::Dispatcher>,
 }
 
 impl Ctx<'_> {
@@ -482,24 +479,8 @@ impl Ctx<'_> {
                 host: self.host(rollout),
                 ..EvalOptions::default()
             };
-            let result = evaluate(
-                &self.suite,
-                &self.server,
-                self.models.agent.as_ref(),
-                Some(self.store),
-                &candidate,
-                &opts,
-                |_, _| {},
-            )
-            .await?;
-            if let Some(w) = result.order_warning()
-                && !self
-                    .warned_order
-                    .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                tracing::warn!("{w}");
-            }
-            for r in result.tasks {
+            let played = self.play(&candidate, &opts, &world).await?;
+            for r in played {
                 let json = serde_json::to_string(&r).unwrap_or_default();
                 self.store
                     .save_rollout(
@@ -583,17 +564,7 @@ impl Ctx<'_> {
             let candidate = EvalCandidate {
                 descriptions: descriptions.clone(),
             };
-            let result = evaluate(
-                &self.suite,
-                &self.server,
-                self.models.agent.as_ref(),
-                None,
-                &candidate,
-                &opts,
-                |_, _| {},
-            )
-            .await?;
-            for r in result.tasks {
+            for r in self.play(&candidate, &opts, &world).await? {
                 // Only an exact screen is a pure function of its key; a sampled one is not kept.
                 if r.infra_failure.is_none()
                     && r.routing_probability.is_some()
@@ -664,6 +635,91 @@ impl Ctx<'_> {
         })
         .await?;
         Ok(scores)
+    }
+
+    /// Plays `opts.task_ids` with `candidate`: here through the evaluator (full rollouts stored as they finish),
+    /// or, in a run with workers, as jobs keyed by their content address in `world`, whose trajectories are
+    /// stored here once their results arrive (the driver is the only writer of trajectories, so a job that ran
+    /// twice is stored once).
+    async fn play(
+        &self,
+        candidate: &EvalCandidate,
+        opts: &EvalOptions,
+        world: &str,
+    ) -> Result<Vec<TaskResult>, DriverError> {
+        let Some(dispatcher) = &self.dispatcher else {
+            let store = (opts.mode == Mode::Full).then_some(self.store);
+            let result = evaluate(
+                &self.suite,
+                &self.server,
+                self.models.agent.as_ref(),
+                store,
+                candidate,
+                opts,
+                |_, _| {},
+            )
+            .await?;
+            if let Some(w) = result.order_warning()
+                && !self
+                    .warned_order
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!("{w}");
+            }
+            return Ok(result.tasks);
+        };
+        let kind = match opts.mode {
+            Mode::Full => "rollout",
+            Mode::SelectionOnly => "screen",
+        };
+        let jobs: Vec<tooltune_worker::Job> = opts
+            .task_ids
+            .iter()
+            .map(|t| tooltune_worker::Job {
+                key: self.task_key(kind, world, t, opts.rollout),
+                suite: dispatcher.suite_digest().to_string(),
+                model: dispatcher.model().to_string(),
+                task_id: t.clone(),
+                mode: opts.mode,
+                descriptions: candidate.descriptions.clone(),
+                target: opts
+                    .target
+                    .clone()
+                    .unwrap_or_else(|| self.cfg.target.clone()),
+                rollout: opts.rollout,
+                seed: opts.host.seed,
+                run_id: opts.run_id.clone(),
+                candidate_id: opts.candidate_id.clone(),
+                max_attempts: dispatcher.policy().max_attempts,
+                call_timeout_ms: u64::try_from(opts.call_timeout.as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect();
+        let done = dispatcher.run(&jobs).await?;
+        let mut results = Vec::with_capacity(done.len());
+        let mut trajectories = Vec::new();
+        for r in done {
+            let mut result = self.parse_result(&r.result, "job result")?;
+            if let Some(t) = &r.trajectory {
+                let t: tooltune_core::Trajectory =
+                    serde_json::from_str(t).map_err(|e| DriverError::Corrupt {
+                        run: self.run_id.clone(),
+                        what: "job trajectory",
+                        message: e.to_string(),
+                    })?;
+                t.validate().map_err(|e| DriverError::Corrupt {
+                    run: self.run_id.clone(),
+                    what: "job trajectory",
+                    message: e.to_string(),
+                })?;
+                // The id is the content address of what is stored here: a float written out and read back may
+                // differ from the worker's in its last bit, and with it the worker's id.
+                result.trajectory_id = Some(t.id().to_string());
+                trajectories.push(t);
+            }
+            results.push(result);
+        }
+        self.store.insert(&trajectories).await?;
+        Ok(results)
     }
 
     fn parse_result(&self, text: &str, what: &'static str) -> Result<TaskResult, DriverError> {
@@ -1321,9 +1377,26 @@ async fn drive_leased(
         }
     }
     let resumed = state.is_some();
-    let suite_digest = std::fs::read(&cfg.suite)
-        .map(|b| hex::encode(Sha256::digest(&b)))
-        .unwrap_or_default();
+    let suite_bytes = std::fs::read(&cfg.suite).unwrap_or_default();
+    let suite_digest = hex::encode(Sha256::digest(&suite_bytes));
+    let dispatcher = match &cfg.workers {
+        None => None,
+        Some(policy) => Some(
+            tooltune_worker::Dispatcher::open(
+                store,
+                &models.agent.id(),
+                &tooltune_store::JobSuite {
+                    digest: suite_digest.clone(),
+                    name: suite.name.clone(),
+                    text: String::from_utf8_lossy(&suite_bytes).into_owned(),
+                    origin: cfg.suite.display().to_string(),
+                    fixture_digest: suite.world_digest(),
+                },
+                policy.clone(),
+            )
+            .await?,
+        ),
+    };
     let ctx = Ctx {
         store,
         run_id: run_id.to_string(),
@@ -1339,6 +1412,7 @@ async fn drive_leased(
         on_event,
         screened_spent: Default::default(),
         warned_order: Default::default(),
+        dispatcher,
     };
     let mut search = match state {
         Some(s) => s,

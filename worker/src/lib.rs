@@ -1,0 +1,64 @@
+//! Rollouts as jobs on PostgreSQL (issue 30): an optimisation run started with workers sends each rollout and
+//! screen it needs as a job to a pgmq queue in the store's own database, and `tooltune worker` processes on any
+//! machine that has the model and the suite's server take them, play them and write the results back.
+//!
+//! - [`job`]: what a job is (pure): its content, the queue it belongs to, when to give it up, how jobs batch.
+//! - [`queue`]: pgmq, installed SQL-only into the store's database.
+//! - [`dispatch`]: the driver's side: send jobs, wait for results.
+//! - [`work`]: the worker's loop.
+//! - [`suites`]: how a worker finds the suite a job names.
+//!
+//! Results are written once under the job's key (the driver's content address of the rollout), with the
+//! trajectory in the same row; the driver alone stores trajectories, so a job that ran twice is stored once.
+
+pub mod dispatch;
+pub mod job;
+pub mod queue;
+pub mod suites;
+pub mod work;
+
+pub use dispatch::{Dispatcher, WorkerPolicy};
+pub use job::{Job, agent_identity, queue_name};
+pub use queue::{Depth, Queue};
+pub use work::{WorkerEvent, WorkerOptions, WorkerTotals, work};
+
+/// Everything that can go wrong with jobs and workers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Workers need PostgreSQL: the queue lives in the store's database.
+    #[error(
+        "workers need a PostgreSQL store (--database-url postgres://...): the job queue lives in the store's \
+         database"
+    )]
+    NotPostgres,
+    /// The database did not answer.
+    #[error("cannot connect to the job queue at {url}: {message}")]
+    Connect {
+        /// The URL, without its password.
+        url: String,
+        /// The driver's error.
+        message: String,
+    },
+    /// A queue operation failed.
+    #[error("job queue: {doing}: {message}")]
+    Queue {
+        /// What was being done.
+        doing: &'static str,
+        /// The error.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] tooltune_store::StoreError),
+    /// This machine cannot serve a suite.
+    #[error("cannot serve suite `{suite}` ({digest}) here: {reason}")]
+    CannotServe {
+        /// The suite's name.
+        suite: String,
+        /// The start of its content address.
+        digest: String,
+        /// What is missing.
+        reason: String,
+    },
+}

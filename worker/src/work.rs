@@ -1,0 +1,529 @@
+//! The worker loop (`tooltune worker`): take jobs for the model this process has from the queues of suites it can
+//! serve, play them as model batches against the suite's server on this machine, write each result once under
+//! its key, and archive the messages. While a batch plays, its messages' visibility is extended, so only a worker
+//! that stops answering (killed, cut off) loses its jobs to another.
+
+use crate::job::{self, Job, Verdict};
+use crate::queue::{Queue, Taken};
+use crate::{WorkerError, suites};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+use tooltune_evaluator::evaluate::{Candidate, EvalOptions, TaskResult, evaluate};
+use tooltune_evaluator::host::HostConfig;
+use tooltune_evaluator::{McpServer, Suite};
+use tooltune_llm::ChatModel;
+use tooltune_store::{JobResult, Store, WorkerRow};
+
+/// How a worker works.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Jobs taken at once, played as one model batch when they share a candidate.
+    pub concurrency: usize,
+    /// How long a taken job stays invisible to other workers without a heartbeat; a killed worker's jobs come
+    /// back after this.
+    pub visibility: Duration,
+    /// Folders where suite files (and what they reference) are looked for, first to last.
+    pub suite_dirs: Vec<PathBuf>,
+    /// How long to wait between looks at empty queues.
+    pub poll: Duration,
+    /// Stop after this long with nothing to do (`None`: run until stopped).
+    pub idle_exit: Option<Duration>,
+    /// How long a job that failed for want of infrastructure waits before it may be taken again.
+    pub retry_delay: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            concurrency: 8,
+            visibility: Duration::from_secs(60),
+            suite_dirs: Vec::new(),
+            poll: Duration::from_millis(200),
+            idle_exit: None,
+            retry_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a worker tells its caller as it goes.
+#[derive(Debug, Clone)]
+pub enum WorkerEvent {
+    /// It has started and serves this model identity.
+    Started {
+        /// The worker's id.
+        id: String,
+        /// The agent identity it serves.
+        model: String,
+    },
+    /// It cannot serve a suite (reported once per suite): its jobs are left to other workers.
+    CannotServe {
+        /// Why.
+        reason: String,
+    },
+    /// Jobs were taken and are being played.
+    Taken {
+        /// The suite's name.
+        suite: String,
+        /// How many.
+        jobs: usize,
+    },
+    /// A batch finished.
+    Batch {
+        /// The suite's name.
+        suite: String,
+        /// Jobs in the batch.
+        jobs: usize,
+        /// Results written (a job already done elsewhere writes none).
+        written: usize,
+        /// Jobs left for another attempt.
+        retried: usize,
+        /// Jobs given up as infrastructure failures.
+        given_up: usize,
+        /// Wall time of the batch.
+        seconds: f64,
+    },
+}
+
+/// A worker's totals.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct WorkerTotals {
+    /// Results written.
+    pub jobs_done: i64,
+    /// Jobs not finished (left for another attempt or given up).
+    pub failures: i64,
+}
+
+struct Served {
+    suite: Suite,
+    server: McpServer,
+}
+
+struct Counters {
+    done: AtomicI64,
+    failed: AtomicI64,
+    busy: AtomicBool,
+}
+
+/// This machine's name, to tell workers apart in `tooltune serve`.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Runs until `stop` is set (or, with `idle_exit`, until idle that long). The model must be the one the jobs
+/// name: jobs of other models stay in their own queues.
+pub async fn work(
+    store: &Store,
+    queue: &Queue,
+    model: Arc<dyn ChatModel>,
+    opts: &WorkerOptions,
+    stop: Arc<AtomicBool>,
+    on_event: &(dyn Fn(&WorkerEvent) + Send + Sync),
+) -> Result<WorkerTotals, WorkerError> {
+    let identity = job::agent_identity(&model.id());
+    let host = hostname();
+    let id = format!(
+        "{host} pid {} ({})",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    );
+    let counters = Arc::new(Counters {
+        done: AtomicI64::new(0),
+        failed: AtomicI64::new(0),
+        busy: AtomicBool::new(false),
+    });
+    let template = WorkerRow {
+        id: id.clone(),
+        host: host.clone(),
+        model: identity.clone(),
+        started_at: now(),
+        last_seen: String::new(),
+        jobs_done: 0,
+        failures: 0,
+        state: String::new(),
+    };
+    let row = move |state: &str, c: &Counters| WorkerRow {
+        last_seen: now(),
+        jobs_done: c.done.load(Ordering::Relaxed),
+        failures: c.failed.load(Ordering::Relaxed),
+        state: state.to_string(),
+        ..template.clone()
+    };
+    store.report_worker(&row("idle", &counters)).await?;
+    on_event(&WorkerEvent::Started {
+        id: id.clone(),
+        model: identity.clone(),
+    });
+    // The worker's own report, every few seconds, whatever it is doing.
+    let reporter = {
+        let (store, counters, row) = (store.clone(), Arc::clone(&counters), row.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let state = if counters.busy.load(Ordering::Relaxed) {
+                    "busy"
+                } else {
+                    "idle"
+                };
+                if let Err(e) = store.report_worker(&row(state, &counters)).await {
+                    tracing::warn!("reporting this worker: {e}");
+                }
+            }
+        })
+    };
+    let mut served: HashMap<String, Result<Served, String>> = HashMap::new();
+    let mut idle_since = Instant::now();
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        let queues = match store.job_queues().await {
+            Ok(q) => q,
+            Err(e) => break Err(e.into()),
+        };
+        let mut worked = false;
+        for q in queues.iter().filter(|q| q.model == identity) {
+            if !served.contains_key(&q.suite_digest) {
+                let s = match suites::resolve(store, &q.suite_digest, &opts.suite_dirs).await {
+                    Ok(suite) => match suite.connect().await {
+                        Ok(server) => Ok(Served { suite, server }),
+                        Err(e) => Err(format!(
+                            "suite `{}`: its server does not start here: {e}",
+                            suite.name
+                        )),
+                    },
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(reason) = &s {
+                    tracing::warn!("{reason}; leaving its jobs to other workers");
+                    on_event(&WorkerEvent::CannotServe {
+                        reason: reason.clone(),
+                    });
+                }
+                served.insert(q.suite_digest.clone(), s);
+            }
+            let Some(Ok(s)) = served.get(&q.suite_digest) else {
+                continue;
+            };
+            let t0 = Instant::now();
+            let taken = match queue
+                .read(&q.queue, opts.visibility, opts.concurrency)
+                .await
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("reading queue {}: {e}", q.queue);
+                    continue;
+                }
+            };
+            if taken.is_empty() {
+                continue;
+            }
+            let read_s = t0.elapsed().as_secs_f64();
+            on_event(&WorkerEvent::Taken {
+                suite: s.suite.name.clone(),
+                jobs: taken.len(),
+            });
+            worked = true;
+            counters.busy.store(true, Ordering::Relaxed);
+            let event = play(
+                store,
+                queue,
+                &q.queue,
+                s,
+                model.as_ref(),
+                opts,
+                &id,
+                taken,
+                read_s,
+                &counters,
+            )
+            .await;
+            counters.busy.store(false, Ordering::Relaxed);
+            match event {
+                Ok(e) => on_event(&e),
+                Err(e) => tracing::warn!("queue {}: {e}", q.queue),
+            }
+            // Look at every queue again after each batch, so a long queue does not starve the others.
+            break;
+        }
+        if worked {
+            idle_since = Instant::now();
+        } else {
+            if opts.idle_exit.is_some_and(|d| idle_since.elapsed() >= d) {
+                break Ok(());
+            }
+            tokio::time::sleep(opts.poll).await;
+        }
+    };
+    reporter.abort();
+    for s in served.into_values().flatten() {
+        s.server.shutdown().await;
+    }
+    if let Err(e) = store.report_worker(&row("stopped", &counters)).await {
+        tracing::warn!("reporting this worker stopped: {e}");
+    }
+    result.map(|()| WorkerTotals {
+        jobs_done: counters.done.load(Ordering::Relaxed),
+        failures: counters.failed.load(Ordering::Relaxed),
+    })
+}
+
+/// What became of one taken job.
+enum Fate {
+    /// A result to write (complete, or a given-up infrastructure failure).
+    Write(Box<TaskResult>, Option<String>, bool),
+    /// Leave it for another attempt.
+    Retry,
+    /// Nothing to do: a result is already stored.
+    Done,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn play(
+    store: &Store,
+    queue: &Queue,
+    name: &str,
+    served: &Served,
+    model: &dyn ChatModel,
+    opts: &WorkerOptions,
+    worker: &str,
+    taken: Vec<Taken>,
+    read_s: f64,
+    counters: &Counters,
+) -> Result<WorkerEvent, WorkerError> {
+    let started = Instant::now();
+    let mut queue_s = read_s;
+    let n = taken.len();
+    // A job already answered (its earlier worker wrote the result and died before archiving) is only archived.
+    let keys: Vec<String> = taken.iter().filter_map(|t| t.key.clone()).collect();
+    let t0 = Instant::now();
+    let have = store.job_results(&keys).await?;
+    queue_s += t0.elapsed().as_secs_f64();
+    let mut fates: Vec<Fate> = Vec::with_capacity(n);
+    let mut runnable: Vec<(usize, Job)> = Vec::new();
+    for (i, t) in taken.iter().enumerate() {
+        let fate = match (&t.job, t.key.as_ref().and_then(|k| have.get(k))) {
+            (_, Some(r)) if !r.infra => Fate::Done,
+            (Err(e), _) => {
+                // Not a job this version understands: answering it keeps the driver from waiting forever.
+                let msg = format!("unreadable job: {e}");
+                tracing::warn!(queue = name, "{msg}");
+                Fate::Write(
+                    Box::new(TaskResult::infrastructure_failure("?", None, msg)),
+                    None,
+                    true,
+                )
+            }
+            (Ok(job), _) => match job::verdict(job, t.attempt) {
+                Verdict::GiveUp => Fate::Write(
+                    Box::new(TaskResult::infrastructure_failure(
+                        &job.task_id,
+                        owner(&served.suite, &job.task_id),
+                        format!(
+                            "given up after {} attempts: each worker that took it stopped answering",
+                            job.max_attempts
+                        ),
+                    )),
+                    None,
+                    true,
+                ),
+                Verdict::Run => {
+                    runnable.push((i, job.clone()));
+                    Fate::Retry
+                }
+            },
+        };
+        fates.push(fate);
+    }
+    // The batch's messages stay invisible while it plays.
+    let ids: Vec<i64> = runnable.iter().map(|(i, _)| taken[*i].msg_id).collect();
+    let heartbeat = {
+        let (queue, name, ids, vt) = (
+            queue.clone(),
+            name.to_string(),
+            ids.clone(),
+            opts.visibility,
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(vt / 3).await;
+                if let Err(e) = queue.extend(&name, &ids, vt).await {
+                    tracing::warn!("extending the visibility of jobs in play: {e}");
+                }
+            }
+        })
+    };
+    let jobs: Vec<Job> = runnable.iter().map(|(_, j)| j.clone()).collect();
+    let mut model_s = 0.0;
+    for group in job::batches(&jobs, opts.concurrency) {
+        let first = &jobs[group[0]];
+        let span = tracing::info_span!(
+            "jobs",
+            run = first.run_id.as_deref().unwrap_or("-"),
+            candidate = first.candidate_id.as_deref().unwrap_or("-"),
+            tasks = %group.iter().map(|&g| jobs[g].task_id.as_str()).collect::<Vec<_>>().join(","),
+        );
+        let _enter = span.enter();
+        let eval_opts = EvalOptions {
+            task_ids: group.iter().map(|&g| jobs[g].task_id.clone()).collect(),
+            target: Some(first.target.clone()),
+            mode: first.mode,
+            batch: group.len(),
+            run_id: first.run_id.clone(),
+            candidate_id: first.candidate_id.clone(),
+            rollout: first.rollout,
+            host: HostConfig {
+                seed: first.seed,
+                ..HostConfig::default()
+            },
+            call_timeout: Duration::from_millis(first.call_timeout_ms),
+            ..EvalOptions::default()
+        };
+        let candidate = Candidate {
+            descriptions: first.descriptions.clone(),
+        };
+        drop(_enter);
+        let t0 = Instant::now();
+        let outcome = evaluate(
+            &served.suite,
+            &served.server,
+            model,
+            None,
+            &candidate,
+            &eval_opts,
+            |_, _| {},
+        )
+        .await;
+        model_s += t0.elapsed().as_secs_f64();
+        match outcome {
+            Ok(result) => {
+                let mut trajectories: HashMap<String, &tooltune_core::Trajectory> = result
+                    .trajectories
+                    .iter()
+                    .map(|t| (t.id().to_string(), t))
+                    .collect();
+                for r in result.tasks {
+                    let Some(&g) = group.iter().find(|&&g| jobs[g].task_id == r.task_id) else {
+                        continue;
+                    };
+                    let (i, job) = &runnable[g];
+                    if r.infra_failure.is_some()
+                        && job::verdict(job, taken[*i].attempt + 1) == Verdict::Run
+                    {
+                        fates[*i] = Fate::Retry;
+                        continue;
+                    }
+                    let trajectory = r
+                        .trajectory_id
+                        .as_ref()
+                        .and_then(|id| trajectories.remove(id))
+                        .map(|t| serde_json::to_string(t).unwrap_or_default());
+                    let infra = r.infra_failure.is_some();
+                    fates[*i] = Fate::Write(Box::new(r), trajectory, infra);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("a batch of {} jobs failed: {e}", group.len());
+                for &g in &group {
+                    let (i, job) = &runnable[g];
+                    if job::verdict(job, taken[*i].attempt + 1) == Verdict::GiveUp {
+                        fates[*i] = Fate::Write(
+                            Box::new(TaskResult::infrastructure_failure(
+                                &job.task_id,
+                                owner(&served.suite, &job.task_id),
+                                format!("after {} attempts: {e}", taken[*i].attempt),
+                            )),
+                            None,
+                            true,
+                        );
+                    }
+                }
+            }
+        }
+        // A server that died in this batch is started again for the next one.
+        if !served.server.is_alive().await
+            && let Err(e) = served.server.restart().await
+        {
+            tracing::warn!("restarting the suite's server: {e}");
+        }
+    }
+    heartbeat.abort();
+    // Write, then archive: a worker killed in between leaves a message whose result exists, which the next
+    // worker to read it only archives.
+    let (mut written, mut retried, mut given_up) = (0, 0, 0);
+    let mut finished = Vec::new();
+    let mut retry = Vec::new();
+    let per_job_model_ms = model_s * 1000.0 / runnable.len().max(1) as f64;
+    let mut to_write = Vec::new();
+    for (i, fate) in fates.into_iter().enumerate() {
+        match fate {
+            Fate::Done => finished.push(taken[i].msg_id),
+            Fate::Retry => {
+                retry.push(taken[i].msg_id);
+                retried += 1;
+            }
+            Fate::Write(r, trajectory, infra) => {
+                let Some(key) = taken[i].key.clone() else {
+                    finished.push(taken[i].msg_id);
+                    continue;
+                };
+                given_up += usize::from(infra);
+                to_write.push((i, key, r, trajectory, infra));
+            }
+        }
+    }
+    let queue_share_ms = (queue_s * 1000.0) / n as f64;
+    for (i, key, r, trajectory, infra) in to_write {
+        let row = JobResult {
+            key,
+            queue: name.to_string(),
+            result: serde_json::to_string(&r).unwrap_or_default(),
+            trajectory,
+            infra,
+            worker: worker.to_string(),
+            attempts: i64::from(taken[i].attempt),
+            model_ms: if infra { 0.0 } else { per_job_model_ms },
+            // The batch's read and look-up, shared out (the write and archive that follow are not counted: the
+            // driver's end-to-end figure holds them).
+            queue_ms: queue_share_ms,
+        };
+        if store.put_job_result(&row).await? {
+            written += 1;
+        }
+        finished.push(taken[i].msg_id);
+    }
+    queue.archive(name, &finished).await?;
+    queue.release(name, &retry, opts.retry_delay).await?;
+    counters.done.fetch_add(written as i64, Ordering::Relaxed);
+    counters
+        .failed
+        .fetch_add((retried + given_up) as i64, Ordering::Relaxed);
+    Ok(WorkerEvent::Batch {
+        suite: served.suite.name.clone(),
+        jobs: n,
+        written,
+        retried,
+        given_up,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn owner(suite: &Suite, task: &str) -> Option<String> {
+    suite
+        .tasks
+        .iter()
+        .find(|t| t.id == task)
+        .and_then(|t| t.owner.clone())
+}
