@@ -23,6 +23,10 @@ pub struct WorkerArgs {
     /// Environment variable holding the API key of an OpenAI-compatible endpoint.
     #[arg(long)]
     api_key_env: Option<String>,
+    /// CPU threads of the embedded model (default 2). Several workers on one machine should share its cores:
+    /// llama.cpp threads that outnumber the cores wait on each other.
+    #[arg(long)]
+    threads: Option<i32>,
     /// Jobs taken at once, played as one batch of the model when they share a candidate.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -46,8 +50,16 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: WorkerArgs) -
     let store = Store::open(db).await?;
     let queue = Queue::connect(db).await?;
     let (agent, _) = crate::llm_config::resolve(config, args.model.as_deref(), None)?;
-    let spec = crate::llm_config::spec(&agent, args.api_key_env.as_deref())
+    let mut spec = crate::llm_config::spec(&agent, args.api_key_env.as_deref())
         .with_context(|| format!("--model {agent}"))?;
+    if let Some(t) = args.threads {
+        match &mut spec {
+            tooltune_llm::BackendSpec::Local { threads, .. } => *threads = Some(t.max(1)),
+            _ => {
+                anyhow::bail!("--threads is for the embedded model; --model {agent} is an endpoint")
+            }
+        }
+    }
     let model = tooltune_llm::build(&spec).await?;
     let mut suite_dirs = args.suite_dirs.clone();
     if suite_dirs.is_empty() && std::path::Path::new("datasets/suites").is_dir() {

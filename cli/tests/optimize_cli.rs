@@ -400,10 +400,13 @@ fn worker(db: &str) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_tooltune"))
         .arg("--database-url")
         .arg(db)
+        // One thread each: three workers and the driver share two cores.
         .args([
             "worker",
             "--model",
             "local:fast",
+            "--threads",
+            "1",
             "--visibility-timeout",
             "5",
             "--json",

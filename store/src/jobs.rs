@@ -271,6 +271,25 @@ impl Store {
         Ok(())
     }
 
+    /// Per queue: results written, and how many of them are given-up jobs.
+    pub async fn job_result_counts(&self) -> Result<HashMap<String, (i64, i64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT queue, COUNT(*), COALESCE(SUM(infra), 0) FROM job_results GROUP BY queue",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(q("counting job results"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<String, _>(0),
+                    (r.get::<i64, _>(1), r.get::<i64, _>(2)),
+                )
+            })
+            .collect())
+    }
+
     /// Workers, most recently seen first.
     pub async fn workers(&self) -> Result<Vec<WorkerRow>, StoreError> {
         let rows = sqlx::query(

@@ -19,6 +19,7 @@ mod render;
 mod sse;
 mod variants;
 mod view;
+mod workers;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -226,6 +227,8 @@ pub(crate) struct Inner {
     /// Imports wait here: SQLite has one writer, and queueing in the service is cheaper than in the database's
     /// busy handler.
     pub(crate) ingest_gate: Semaphore,
+    /// The job queue of runs with workers, connected on the first look at `/workers` (PostgreSQL stores only).
+    pub(crate) queue: tokio::sync::OnceCell<tooltune_worker::Queue>,
 }
 
 /// The state handed to handlers.
@@ -266,6 +269,7 @@ impl Server {
             templates: pages::templates()?,
             shutdown: shutdown_rx.clone(),
             ingest_gate: Semaphore::new(writers),
+            queue: tokio::sync::OnceCell::new(),
             cfg,
         });
         if state.cfg.resume {
@@ -322,6 +326,7 @@ fn router(state: AppState) -> Router {
         .route("/report", get(pages::report))
         .route("/trajectories/{id}", get(pages::trajectory))
         .route("/variants", get(variants::page))
+        .route("/workers", get(workers::page))
         .route("/static/app.css", get(pages::css))
         .route("/static/app.js", get(pages::js))
         .route("/api/health", get(api::health))
@@ -338,6 +343,7 @@ fn router(state: AppState) -> Router {
         .route("/api/trajectories/{id}", get(api::trajectory))
         .route("/api/report", get(api::report))
         .route("/api/variants", get(variants::api))
+        .route("/api/workers", get(workers::api))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .layer(axum::middleware::from_fn_with_state(

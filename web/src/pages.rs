@@ -27,6 +27,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("error.html", include_str!("../templates/error.html")),
     ("variants.html", include_str!("../templates/variants.html")),
+    ("workers.html", include_str!("../templates/workers.html")),
 ];
 
 /// The template environment with the filters the pages use.

@@ -88,6 +88,80 @@ fn command_exists(command: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::Digest;
+    use tooltune_store::JobSuite;
+
+    fn suite_text(command: &str) -> String {
+        format!(
+            "name = \"tiny\"\ntools_under_study = [\"echo\"]\n\n[server]\ncommand = \"{command}\"\n\
+             args = [\"${{SUITE_DIR}}/data\"]\n\n[[task]]\nid = \"t1\"\nprompt = \"Say hi.\"\n\
+             split = \"train\"\nowner = \"echo\"\nanswer.regex = \"hi\"\n"
+        )
+    }
+
+    async fn store_with(dir: &Path, text: &str, origin: &str) -> (Store, String) {
+        let store = Store::open(&dir.join("s.db").display().to_string())
+            .await
+            .expect("store");
+        let digest = hex::encode(Sha256::digest(text.as_bytes()));
+        store
+            .save_job_suite(&JobSuite {
+                digest: digest.clone(),
+                name: "tiny".into(),
+                text: text.to_string(),
+                origin: origin.into(),
+                fixture_digest: String::new(),
+            })
+            .await
+            .expect("save");
+        (store, digest)
+    }
+
+    #[tokio::test]
+    async fn a_suite_whose_server_is_missing_here_is_refused_naming_the_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = suite_text("/no/such/dir/tiny-server");
+        let (store, digest) = store_with(dir.path(), &text, "/elsewhere/tiny.toml").await;
+        let e = resolve(&store, &digest, &[dir.path().to_path_buf()])
+            .await
+            .expect_err("no server here");
+        let msg = e.to_string();
+        assert!(
+            matches!(e, WorkerError::CannotServe { .. })
+                && msg.contains("/no/such/dir/tiny-server"),
+            "{msg}"
+        );
+        let e = resolve(&store, "0000", &[])
+            .await
+            .expect_err("unknown digest");
+        assert!(
+            e.to_string().contains("no suite with this content address"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_suite_resolves_against_the_worker_folder_that_holds_the_same_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = suite_text("sh");
+        let (store, digest) = store_with(dir.path(), &text, "/elsewhere/tiny.toml").await;
+        // Not on this machine: parsed from the store as if in the first --suite-dir.
+        let here = dir.path().join("suites");
+        std::fs::create_dir_all(&here).expect("dir");
+        let s = resolve(&store, &digest, std::slice::from_ref(&here))
+            .await
+            .expect("resolves");
+        assert_eq!(s.dir, here);
+        // The same file in a later folder is found by content, and its folder is the suite's.
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(&other).expect("dir");
+        std::fs::write(other.join("tiny.toml"), &text).expect("write");
+        std::fs::write(here.join("tiny.toml"), format!("{text}\n# edited\n")).expect("write");
+        let s = resolve(&store, &digest, &[here.clone(), other.clone()])
+            .await
+            .expect("resolves");
+        assert_eq!(s.dir, other);
+    }
 
     #[test]
     fn a_command_is_found_by_path_or_on_path() {
