@@ -197,9 +197,11 @@ fn main() {
         for &n in &counts {
             let (db, name) = fresh_db(&admin, &n.to_string()).await;
             let store = Store::open(&db).await.expect("store");
+            // The workers' thread count is part of the identity their jobs are sent for.
             let dispatcher = Dispatcher::open(
                 &store,
                 &model_id,
+                &tooltune_llm::local::numerics_for_threads(threads(n) as i32),
                 &JobSuite {
                     digest: digest.clone(),
                     name: suite.name.clone(),

@@ -23,8 +23,9 @@ pub struct WorkerArgs {
     /// Environment variable holding the API key of an OpenAI-compatible endpoint.
     #[arg(long)]
     api_key_env: Option<String>,
-    /// CPU threads of the embedded model (default 2). Several workers on one machine should share its cores:
-    /// llama.cpp threads that outnumber the cores wait on each other.
+    /// CPU threads of the embedded model (default 2). Several workers on one machine should share its cores
+    /// (llama.cpp threads that outnumber the cores wait on each other), but the count changes greedy output, so
+    /// such a worker serves only runs whose agent model has the same count.
     #[arg(long)]
     threads: Option<i32>,
     /// Jobs taken at once, played as one batch of the model when they share a candidate.

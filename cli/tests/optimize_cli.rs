@@ -400,13 +400,12 @@ fn worker(db: &str) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_tooltune"))
         .arg("--database-url")
         .arg(db)
-        // One thread each: three workers and the driver share two cores.
+        // The driver's thread count (the default): with another, a worker's greedy output could differ from the
+        // driver's, so it would serve another queue.
         .args([
             "worker",
             "--model",
             "local:fast",
-            "--threads",
-            "1",
             "--visibility-timeout",
             "5",
             "--json",

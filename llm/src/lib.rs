@@ -190,6 +190,14 @@ pub trait ChatModel: Send + Sync {
     /// `openai:gpt-4o-mini@https://host/v1`.
     fn id(&self) -> String;
 
+    /// Settings beside the id that change greedy output (`""` when none differ from the backend's defaults): for
+    /// the embedded model, a thread count other than the default, since llama.cpp's results depend on how its
+    /// work is split (measured: a contractor task answered without a tool on 2 threads called `search_docs` on
+    /// 1). Part of what a cached rollout and a worker's job are a function of.
+    fn numerics(&self) -> String {
+        String::new()
+    }
+
     /// One chat completion. With `tools` empty this is a plain text completion.
     async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
 

@@ -42,17 +42,18 @@ const POLL: Duration = Duration::from_millis(50);
 const STALL: Duration = Duration::from_secs(60);
 
 impl Dispatcher {
-    /// Opens the queue of `agent_model_id` and the suite (stored by content address for the workers), creating
-    /// it if needed. The store must be PostgreSQL.
+    /// Opens the queue of the agent model (its id and `ChatModel::numerics`) and the suite (stored by content
+    /// address for the workers), creating it if needed. The store must be PostgreSQL.
     pub async fn open(
         store: &Store,
         agent_model_id: &str,
+        agent_numerics: &str,
         suite: &JobSuite,
         policy: WorkerPolicy,
     ) -> Result<Dispatcher, WorkerError> {
         let queue = Queue::connect(store.database_url()).await?;
         store.save_job_suite(suite).await?;
-        let model = agent_identity(agent_model_id);
+        let model = agent_identity(agent_model_id, agent_numerics);
         let name = queue_name(&model, &suite.digest);
         queue.ensure(&name).await?;
         store

@@ -60,11 +60,17 @@ impl Job {
 }
 
 /// The identity a worker must share with the driver for its results to be the ones the driver would have got:
-/// the model's own id (an embedded model's file hash, or an endpoint and model name), the SIMD path greedy
-/// output depends on, and the host's version.
-pub fn agent_identity(model_id: &str) -> String {
+/// the model's own id (the embedded model's name, or an endpoint and model name), the settings that change its
+/// greedy output (`ChatModel::numerics`: a thread count), the SIMD path greedy output depends on, and the host's
+/// version.
+pub fn agent_identity(model_id: &str, numerics: &str) -> String {
+    let numerics = if numerics.is_empty() {
+        String::new()
+    } else {
+        format!(", {numerics}")
+    };
     format!(
-        "{model_id} on {} ({})",
+        "{model_id}{numerics} on {} ({})",
         tooltune_evaluator::host::simd_path(),
         tooltune_evaluator::host::HOST_VERSION
     )

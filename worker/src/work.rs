@@ -131,7 +131,7 @@ pub async fn work(
     stop: Arc<AtomicBool>,
     on_event: &(dyn Fn(&WorkerEvent) + Send + Sync),
 ) -> Result<WorkerTotals, WorkerError> {
-    let identity = job::agent_identity(&model.id());
+    let identity = job::agent_identity(&model.id(), &model.numerics());
     let host = hostname();
     let id = format!(
         "{host} pid {} ({})",

@@ -122,6 +122,8 @@ impl LocalStats {
 /// The embedded model. Cheap to share (`Arc`); requests are queued to its worker thread.
 pub struct LocalModel {
     id: String,
+    /// See [`numerics_for_threads`].
+    numerics: String,
     tx: Mutex<std::sync::mpsc::Sender<Job>>,
     usage: Mutex<Usage>,
     stats: Arc<Mutex<LocalStats>>,
@@ -250,6 +252,7 @@ impl LocalModel {
             .map_err(|_| LlmError::WorkerGone("the worker stopped while loading".into()))??;
         Ok(LocalModel {
             id,
+            numerics: numerics_for_threads(opts.threads),
             tx: Mutex::new(tx),
             usage: Mutex::new(Usage::default()),
             stats,
@@ -286,10 +289,24 @@ impl LocalModel {
     }
 }
 
+/// What [`ChatModel::numerics`] says for an embedded model on `threads` threads: `""` for the default count (so the
+/// content addresses of results made before thread counts were told apart stay valid), else the count.
+pub fn numerics_for_threads(threads: i32) -> String {
+    if threads == LocalOptions::default().threads {
+        String::new()
+    } else {
+        format!("{threads} threads")
+    }
+}
+
 #[async_trait]
 impl ChatModel for LocalModel {
     fn id(&self) -> String {
         self.id.clone()
+    }
+
+    fn numerics(&self) -> String {
+        self.numerics.clone()
     }
 
     async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {

@@ -767,6 +767,13 @@ impl Ctx<'_> {
             h.update(part.as_bytes());
             h.update([0u8]);
         }
+        // Settings that change the agent's greedy output (a non-default thread count): added only when there are
+        // some, so the keys of runs on the defaults stay as they were.
+        let numerics = self.models.agent.numerics();
+        if !numerics.is_empty() {
+            h.update(b"numerics\0");
+            h.update(numerics.as_bytes());
+        }
         // The fixture's content is the server's initial state: an edited fixture is another world. (Added only
         // when there is one, so the keys of suites without a fixture stay as they were.)
         let fixture = self.suite.world_digest();
@@ -1385,6 +1392,7 @@ async fn drive_leased(
             tooltune_worker::Dispatcher::open(
                 store,
                 &models.agent.id(),
+                &models.agent.numerics(),
                 &tooltune_store::JobSuite {
                     digest: suite_digest.clone(),
                     name: suite.name.clone(),
