@@ -51,12 +51,9 @@ impl Store {
     ) -> Result<HashMap<String, CachedResult>, StoreError> {
         let mut found = HashMap::new();
         for chunk in keys.chunks(LOOKUP_CHUNK) {
-            let placeholders = (1..=chunk.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ");
             let sql = format!(
-                "SELECT kind, result, trajectory_id, key FROM result_cache WHERE key IN ({placeholders})"
+                "SELECT kind, result, trajectory_id, key FROM result_cache WHERE key IN ({})",
+                crate::jobs::placeholders(1, chunk.len())
             );
             let mut query = sqlx::query(&sql);
             for key in chunk {

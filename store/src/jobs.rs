@@ -81,7 +81,8 @@ pub struct WorkerRow {
     pub state: String,
 }
 
-fn placeholders(from: usize, n: usize) -> String {
+/// `$from, $from+1, ...`: `n` bind placeholders for an `IN (...)` list.
+pub(crate) fn placeholders(from: usize, n: usize) -> String {
     (from..from + n)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()

@@ -107,7 +107,7 @@ struct Counters {
     busy: AtomicBool,
 }
 
-/// This machine's name, to tell workers apart in `tooltune serve`.
+/// This machine's name, to tell workers (and the driver's leases) of machines sharing a store apart.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

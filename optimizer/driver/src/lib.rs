@@ -33,6 +33,9 @@ use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
 use tooltune_optimizer::{Action, Budget, Config, Descriptions, Observation, Scores, Search};
 use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
 use tooltune_store::Store;
+// This machine's name, to tell our own processes from other machines' in a shared store (the name workers report
+// under too).
+use tooltune_worker::work::hostname;
 
 /// Everything that can stop a run.
 #[derive(Debug, thiserror::Error)]
@@ -1322,16 +1325,6 @@ fn live_leases() -> std::sync::MutexGuard<'static, std::collections::HashSet<Str
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// This machine's name, to tell our own processes from other machines' in a shared store.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// Whether a lease holder written by [`Lease::take`] names a process on this machine that no longer exists.
