@@ -266,7 +266,11 @@ fn main() {
                 results.iter().map(|r| r.queue_ms).sum::<f64>() / results.len().max(1) as f64;
             let success = results
                 .iter()
-                .filter(|r| r.result.contains("\"success\":true"))
+                .filter(|r| {
+                    serde_json::from_str::<tooltune_evaluator::evaluate::TaskResult>(&r.result)
+                        .expect("a job result is a task result")
+                        .success
+                })
                 .count();
             println!(
                 "{:<32} wall {:>6.1} s  ({:.2} s a task; success {success}/{}); workers' evaluation {:.1} s in all, \

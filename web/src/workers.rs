@@ -46,6 +46,17 @@ struct WorkersView {
     queue_error: Option<String>,
 }
 
+impl WorkerView {
+    fn of(row: WorkerRow, now: chrono::DateTime<chrono::Utc>) -> Self {
+        let (seen_s_ago, status) = status_of(&row, now);
+        WorkerView {
+            row,
+            seen_s_ago,
+            status,
+        }
+    }
+}
+
 fn status_of(row: &WorkerRow, now: chrono::DateTime<chrono::Utc>) -> (Option<i64>, String) {
     let ago = chrono::DateTime::parse_from_rfc3339(&row.last_seen)
         .ok()
@@ -73,14 +84,7 @@ async fn view(s: &AppState) -> Result<WorkersView, WebError> {
         .workers()
         .await?
         .into_iter()
-        .map(|row| {
-            let (seen_s_ago, status) = status_of(&row, now);
-            WorkerView {
-                row,
-                seen_s_ago,
-                status,
-            }
-        })
+        .map(|row| WorkerView::of(row, now))
         .collect();
     let counts = s.store.job_result_counts().await?;
     let mut queue_error = None;
@@ -180,14 +184,7 @@ mod tests {
         assert_eq!(status_of(&stopped, now), (Some(60), "stopped".into()));
         let workers = [fresh, silent, stopped]
             .into_iter()
-            .map(|row| {
-                let (seen_s_ago, status) = status_of(&row, now);
-                WorkerView {
-                    row,
-                    seen_s_ago,
-                    status,
-                }
-            })
+            .map(|row| WorkerView::of(row, now))
             .collect();
         let v = WorkersView {
             postgres: true,
