@@ -2,7 +2,6 @@
 //! holds (heuristics) and, with `--judge`, from a grader model. Labels go to their own table, apart from the
 //! producer's outcomes, which stay as they were; `traces stats` and `optimize --from-traces` use or ignore them.
 
-use crate::text::one_line;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
@@ -12,6 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 use tooltune_core::Trajectory;
+use tooltune_core::text::one_line;
 use tooltune_reflection::heuristics::{self, HEURISTICS_VERSION};
 use tooltune_reflection::judge::{JudgeOptions, Judgement, judge_many};
 use tooltune_store::{LabelSource, NewLabel, Store, ToLabel};

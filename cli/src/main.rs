@@ -14,7 +14,6 @@ mod report_cmd;
 mod search_args;
 mod serve_cmd;
 mod stats_cmd;
-mod text;
 mod worker_cmd;
 
 use anyhow::Result;

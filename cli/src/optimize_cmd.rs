@@ -2,12 +2,12 @@
 //! seed on the held-out test split.
 
 use crate::progress::{Budgets, Pace};
-use crate::text::one_line;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use tooltune_core::text::one_line;
 use tooltune_driver::{Models, RunConfig, RunSummary, StopSignal};
 use tooltune_evaluator::Split;
 use tooltune_objectives::Objective;

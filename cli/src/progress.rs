@@ -7,11 +7,11 @@
 //! a held-out task (else of a rollout), and a later run (the demo's second objective) is priced as this one.
 //! A rollout-only estimate said 37 minutes left when 65 were: screens and reflection were not in it.
 
-use crate::text::one_line;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tooltune_core::text::one_line;
 use tooltune_driver::Event;
 
 /// A search's limits in both currencies (`None`: no limit of that kind).

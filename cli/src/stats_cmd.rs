@@ -1,9 +1,9 @@
 //! `tooltune traces stats`: the first thing a server author looks at, per tool and per description version.
 
-use crate::text::one_line;
 use anyhow::Result;
 use clap::Args;
 use std::process::ExitCode;
+use tooltune_core::text::one_line;
 use tooltune_objectives::stats::Rate;
 use tooltune_store::{LabelUse, Store, VerdictCounts};
 

@@ -11,11 +11,12 @@
 //! store disagrees with what the server answered.
 
 use serde_json::json;
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tooltune_core::TrajectoryId;
+use tooltune_ingest::{ChunkReader, FormatChoice, ReadOptions};
 use tooltune_store::Store;
 use tooltune_web::{ServeConfig, Server, Token};
 
@@ -90,13 +91,15 @@ enum Outcome {
 
 struct ClientLog {
     latencies: Vec<Duration>,
-    outcomes: Vec<(Outcome, Vec<String>)>,
+    /// Each request's outcome and the body it posted.
+    outcomes: Vec<(Outcome, String)>,
 }
 
 async fn client(
     http: reqwest::Client,
     url: String,
     token: Arc<String>,
+    run: Arc<String>,
     id: usize,
     records: usize,
     until: Instant,
@@ -108,7 +111,7 @@ async fn client(
     let mut k = 0usize;
     while Instant::now() < until {
         let tasks: Vec<String> = (0..records)
-            .map(|i| format!("load check: client {id} request {k} record {i}"))
+            .map(|i| format!("load check {run}: client {id} request {k} record {i}"))
             .collect();
         let body: String = tasks
             .iter()
@@ -121,7 +124,7 @@ async fn client(
             .post(&url)
             .header("Authorization", format!("Bearer {token}"))
             .header("Content-Type", "application/x-ndjson")
-            .body(body)
+            .body(body.clone())
             .send()
             .await;
         let outcome = match r {
@@ -138,7 +141,7 @@ async fn client(
             Err(_) => Outcome::Unknown,
         };
         log.latencies.push(started.elapsed());
-        log.outcomes.push((outcome, tasks));
+        log.outcomes.push((outcome, body));
     }
     log
 }
@@ -151,22 +154,34 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// (task, count) of every stored trajectory of this load check.
-async fn stored_tasks(url: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::any::install_default_drivers();
-    let url = if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("sqlite://{url}?mode=ro")
-    };
-    let pool = sqlx::AnyPool::connect(&url).await?;
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT task, COUNT(*) FROM trajectories WHERE task LIKE 'load check:%' GROUP BY task",
+/// The content addresses of the records one request posted, read by the same reader the server uses, so the
+/// check asks the store through its own API (a query of its tables rotted when the schema changed).
+fn posted_ids(body: &str) -> Result<Vec<TrajectoryId>, String> {
+    let mut reader = ChunkReader::new(
+        std::io::Cursor::new(body.as_bytes().to_vec()),
+        "load check",
+        FormatChoice::Auto,
+        ReadOptions::default(),
     )
-    .fetch_all(&pool)
-    .await?;
-    pool.close().await;
-    Ok(rows)
+    .map_err(|e| e.to_string())?;
+    let mut ids = Vec::new();
+    while let Some(chunk) = reader.next_chunk().map_err(|e| e.to_string())? {
+        for p in chunk {
+            ids.push(p.result.map_err(|e| e.to_string())?.id());
+        }
+    }
+    Ok(ids)
+}
+
+/// How many of `ids` the store holds.
+async fn present(store: &Store, ids: &[TrajectoryId]) -> Result<usize, tooltune_store::StoreError> {
+    let mut n = 0;
+    for id in ids {
+        if store.trajectory(id).await?.is_some() {
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 #[tokio::main]
@@ -235,6 +250,14 @@ async fn main() -> ExitCode {
         }
     };
     let token = Arc::new(token);
+    // Tasks are unique to this run (the temporary folder's random name), so a second run against the same
+    // database adds its own rows and the count below still holds.
+    let run = Arc::new(
+        dir.path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
     let started = Instant::now();
     let until = started + Duration::from_secs(a.seconds);
     let handles: Vec<_> = (0..a.clients)
@@ -243,6 +266,7 @@ async fn main() -> ExitCode {
                 http.clone(),
                 url.clone(),
                 token.clone(),
+                run.clone(),
                 id,
                 a.records,
                 until,
@@ -252,23 +276,27 @@ async fn main() -> ExitCode {
     let mut latencies = Vec::new();
     let mut accepted: Vec<String> = Vec::new();
     let mut refused: Vec<String> = Vec::new();
+    let mut unanswered: Vec<String> = Vec::new();
     let (mut n_accepted, mut n_refused, mut n_unknown) = (0u64, 0u64, 0u64);
     let mut statuses: std::collections::BTreeMap<u16, u64> = Default::default();
     for h in handles {
         let Ok(log) = h.await else { continue };
         latencies.extend(log.latencies);
-        for (o, tasks) in log.outcomes {
+        for (o, body) in log.outcomes {
             match o {
                 Outcome::Accepted => {
                     n_accepted += 1;
-                    accepted.extend(tasks);
+                    accepted.push(body);
                 }
                 Outcome::Refused(s) => {
                     n_refused += 1;
                     *statuses.entry(s).or_default() += 1;
-                    refused.extend(tasks);
+                    refused.push(body);
                 }
-                Outcome::Unknown => n_unknown += 1,
+                Outcome::Unknown => {
+                    n_unknown += 1;
+                    unanswered.push(body);
+                }
             }
         }
     }
@@ -291,9 +319,30 @@ async fn main() -> ExitCode {
         latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
     );
 
-    // The store against what the server answered.
-    let rows = match stored_tasks(&db).await {
-        Ok(r) => r,
+    // The store against what the server answered, asked through the store's own API.
+    let ids = |bodies: &[String]| -> Result<Vec<TrajectoryId>, String> {
+        let mut out = Vec::new();
+        for b in bodies {
+            out.extend(posted_ids(b)?);
+        }
+        Ok(out)
+    };
+    let (accepted, refused, unanswered) = match (ids(&accepted), ids(&refused), ids(&unanswered)) {
+        (Ok(a), Ok(r), Ok(u)) => (a, r, u),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            eprintln!("error: reading back what was posted: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let counts = async {
+        Ok::<_, tooltune_store::StoreError>((
+            present(&store, &accepted).await?,
+            present(&store, &refused).await?,
+            present(&store, &unanswered).await?,
+        ))
+    };
+    let (missing, leaked, found_unanswered) = match counts.await {
+        Ok((a, r, u)) => (accepted.len() - a, r, u),
         Err(e) => {
             eprintln!("error: reading the store back: {e}");
             return ExitCode::FAILURE;
@@ -301,21 +350,16 @@ async fn main() -> ExitCode {
     };
     let after = store.count_trajectories().await.unwrap_or(0);
     store.close().await;
-    let stored: HashSet<&str> = rows.iter().map(|(t, _)| t.as_str()).collect();
-    let duplicated = rows.iter().filter(|(_, n)| *n > 1).count();
-    let missing = accepted
-        .iter()
-        .filter(|t| !stored.contains(t.as_str()))
-        .count();
-    let leaked = refused
-        .iter()
-        .filter(|t| stored.contains(t.as_str()))
-        .count();
-    let ok = missing == 0 && duplicated == 0 && leaked == 0;
+    // Every record is unique by its task, so the rows added must be exactly the accepted ones plus those of
+    // unanswered requests that made it in: more would be a record stored twice.
+    let added = after.saturating_sub(before);
+    let expected = (accepted.len() - missing + leaked + found_unanswered) as u64;
+    let duplicated = added.saturating_sub(expected);
+    let ok = missing == 0 && duplicated == 0 && leaked == 0 && added == expected;
     println!(
-        "store: {} trajectories added ({} accepted); {missing} accepted ones missing, {duplicated} duplicated, {leaked} from refused requests stored: {}",
-        after.saturating_sub(before),
+        "store: {added} trajectories added ({} accepted, {found_unanswered} of {} unanswered stored); {missing} accepted ones missing, {duplicated} extra rows, {leaked} from refused requests stored: {}",
         accepted.len(),
+        unanswered.len(),
         if ok { "consistent" } else { "INCONSISTENT" }
     );
     if ok {

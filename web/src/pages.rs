@@ -83,13 +83,7 @@ fn short_filter(s: String) -> String {
 
 /// `{{ text|one_line(80) }}`: whitespace collapsed and cut to a length with an ellipsis.
 fn one_line_filter(s: String, max: Option<usize>) -> String {
-    let max = max.unwrap_or(100).max(2);
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max - 1).collect::<String>())
-    } else {
-        flat
-    }
+    tooltune_core::text::one_line(&s, max.unwrap_or(100).max(2))
 }
 
 /// A page's error: the same [`WebError`], shown as HTML instead of JSON.

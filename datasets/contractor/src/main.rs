@@ -14,16 +14,12 @@ mod search;
 use anyhow::{Context, bail};
 use clap::Parser;
 use rmcp::{
-    ErrorData as McpError, ServerHandler, ServiceExt,
+    ErrorData as McpError, ServerHandler,
     handler::server::{router::tool::ToolRouter, wrapper::Parameters},
     model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig},
     schemars, tool, tool_handler, tool_router,
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    },
 };
 use serde::Deserialize;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -127,38 +123,6 @@ async fn main() -> anyhow::Result<()> {
         load_index(data.join("docs"))?,
         load_index(data.join("web"))?,
     );
-    match args.http {
-        None => {
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .context("stdio transport failed to start")?;
-            running.waiting().await.context("server task failed")?;
-        }
-        Some(addr) => serve_http(server, addr).await?,
-    }
-    Ok(())
-}
-
-async fn serve_http(server: Contractor, addr: SocketAddr) -> anyhow::Result<()> {
-    // Loopback only: this is a lab server with no authentication.
-    if !addr.ip().is_loopback() {
-        bail!("--http {addr}: only loopback addresses (127.0.0.1, ::1) are served");
-    }
-    let config = StreamableHttpServerConfig::default().with_json_response(true);
-    let service: StreamableHttpService<Contractor, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot bind {addr}"))?;
-    let bound = listener.local_addr().context("bound address unknown")?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "http://{bound}/mcp")?;
-    out.flush()?;
-    drop(out);
-    axum::serve(listener, router)
-        .await
-        .context("HTTP server failed")?;
+    example_serve::serve(server, args.http).await?;
     Ok(())
 }

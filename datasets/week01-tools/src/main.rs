@@ -9,19 +9,15 @@
 mod calc;
 mod jail;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use rmcp::{
-    ErrorData as McpError, ServerHandler, ServiceExt,
+    ErrorData as McpError, ServerHandler,
     handler::server::{router::tool::ToolRouter, wrapper::Parameters},
     model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig},
     schemars, tool, tool_handler, tool_router,
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    },
 };
 use serde::Deserialize;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -151,39 +147,6 @@ async fn main() -> anyhow::Result<()> {
     let with_list_files =
         args.with_list_files || std::env::var("WEEK01_LIST_FILES").is_ok_and(|v| v == "1");
     let server = Week01Tools::new(jail, with_list_files);
-    match args.http {
-        None => {
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .context("stdio transport failed to start")?;
-            running.waiting().await.context("server task failed")?;
-        }
-        Some(addr) => serve_http(server, addr).await?,
-    }
-    Ok(())
-}
-
-async fn serve_http(server: Week01Tools, addr: SocketAddr) -> anyhow::Result<()> {
-    // The lab serves on the loopback interface only; anything else would expose the data directory.
-    if !addr.ip().is_loopback() {
-        bail!("--http {addr}: only loopback addresses (127.0.0.1, ::1) are served");
-    }
-    let config = StreamableHttpServerConfig::default().with_json_response(true);
-    let service: StreamableHttpService<Week01Tools, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot bind {addr}"))?;
-    let bound = listener.local_addr().context("bound address unknown")?;
-    // The first stdout line is the URL, so a caller that asked for port 0 learns the port.
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "http://{bound}/mcp")?;
-    out.flush()?;
-    drop(out);
-    axum::serve(listener, router)
-        .await
-        .context("HTTP server failed")?;
+    example_serve::serve(server, args.http).await?;
     Ok(())
 }

@@ -714,8 +714,9 @@ impl Ctx<'_> {
                     what: "job trajectory",
                     message: e.to_string(),
                 })?;
-                // The id is the content address of what is stored here: a float written out and read back may
-                // differ from the worker's in its last bit, and with it the worker's id.
+                // The id is the content address of what is stored here. Floats are read back exactly
+                // (serde_json's `float_roundtrip`), so this is the worker's id; recomputing it keeps that true
+                // whatever a worker sent.
                 result.trajectory_id = Some(t.id().to_string());
                 trajectories.push(t);
             }

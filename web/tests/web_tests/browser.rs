@@ -6,7 +6,7 @@
 //! The server runs without a token on loopback (the default for a local dashboard), so the page's stop button
 //! works as a visitor's would.
 
-mod common;
+use crate::common;
 
 use common::cdp::Browser;
 use common::{TestDb, TestServer};

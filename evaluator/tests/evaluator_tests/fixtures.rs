@@ -6,7 +6,7 @@
 //! a model's choices); the servers are real: a Python server of our own that lies about one tool, and the npm
 //! filesystem and memory servers.
 
-mod common;
+use crate::common;
 
 use async_trait::async_trait;
 use common::{suites_dir, third_party, workspace};

@@ -3,7 +3,7 @@
 //! streams its events on from where a client left off (`Last-Event-ID`), and the run finishes with its report.
 //! Real everything: the fast local model, the contractor MCP server, SQLite and the test PostgreSQL.
 
-mod common;
+use crate::common;
 
 use common::{SseReader, TestDb, TestServer};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! The host agent loop end to end with the real local model and real MCP servers: the lecture's reference task over
 //! both transports, a third tool added on the server only, and a server killed in the middle of a suite.
 
-mod common;
+use crate::common;
 
 use common::{HttpServer, server_bin, suites_dir, week01_data};
 use std::path::Path;

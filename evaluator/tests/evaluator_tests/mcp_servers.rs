@@ -2,7 +2,7 @@
 //! handshake, the lab's third tool, read_file confinement, a killed server, timeouts, the pool, the
 //! cleared environment, and tools/call latency.
 
-mod common;
+use crate::common;
 
 use common::{CALL, HttpServer, median_p99, server_bin, week01_data};
 use serde_json::json;

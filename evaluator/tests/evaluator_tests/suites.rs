@@ -2,7 +2,7 @@
 //! really obtainable there: the reference calls (the "obvious" calls) return it, and for the contractor
 //! suite the competing tool's result with the same query does not.
 
-mod common;
+use crate::common;
 
 use common::{CALL, bin_dir, suites_dir, third_party};
 use std::collections::BTreeMap;

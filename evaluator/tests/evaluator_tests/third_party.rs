@@ -2,7 +2,7 @@
 //! `mcp-server-time` (speaks 2026-07-28) and npm `@modelcontextprotocol/server-filesystem` (stops at
 //! 2025-11-25, so the client must fall back to the initialize handshake and remember that).
 
-mod common;
+use crate::common;
 
 use common::{CALL, suites_dir, third_party};
 use serde_json::json;

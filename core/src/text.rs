@@ -1,4 +1,4 @@
-//! Small text helpers shared by the commands' terminal output.
+//! Text helpers for showing untrusted or long text in one line, shared by the terminal output and the dashboard.
 
 /// `s` on one line (whitespace runs collapsed), cut to `max` characters with an ellipsis.
 pub fn one_line(s: &str, max: usize) -> String {
@@ -19,5 +19,6 @@ mod tests {
     fn one_line_collapses_whitespace_and_cuts_with_an_ellipsis() {
         assert_eq!(super::one_line("a\n  b\tc", 10), "a b c");
         assert_eq!(super::one_line("abcdef", 4), "abc…");
+        assert_eq!(super::one_line("abcdef", 6), "abcdef");
     }
 }

@@ -4,7 +4,7 @@
 //! fails at once (its job, status and event stream), escaping of untrusted text and secrets never shown.
 //! The model-driven run with a restart in the middle is in `run_restart.rs`.
 
-mod common;
+use crate::common;
 
 use common::{SseReader, TOKEN, TestDb, TestServer};
 use reqwest::StatusCode;
