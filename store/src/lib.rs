@@ -39,6 +39,12 @@ pub enum StoreError {
     /// The database URL is neither `sqlite:`, `postgres:` nor a file path.
     #[error("unsupported database URL `{0}`: use a file path, sqlite://PATH or postgres://...")]
     BadUrl(String),
+    /// The database URL or SQLite path is empty (an empty `--database-url` or `TOOLTUNE_DATABASE_URL`, say).
+    #[error(
+        "the database URL is empty: give a file path, sqlite://PATH or postgres://... (an empty \
+         TOOLTUNE_DATABASE_URL counts as given)"
+    )]
+    EmptyUrl,
     /// Connecting or migrating failed.
     #[error("cannot open the trace store at {url}: {source}")]
     Open {
@@ -462,6 +468,14 @@ impl Store {
 }
 
 fn normalise_url(url: &str) -> Result<(String, Backend), StoreError> {
+    // SQLite opens an empty path as a private temporary database per connection: every query of the pool would
+    // see another empty store ("no such table"), so an empty URL is refused here.
+    let path = url
+        .strip_prefix("sqlite:")
+        .map_or(url, |r| r.trim_start_matches("//"));
+    if path.split('?').next().unwrap_or("").trim().is_empty() {
+        return Err(StoreError::EmptyUrl);
+    }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok((url.to_string(), Backend::Postgres));
     }
@@ -516,6 +530,12 @@ mod tests {
             Backend::Postgres
         );
         assert!(normalise_url("mysql://h/db").is_err());
+        for empty in ["", "  ", "sqlite:", "sqlite://", "sqlite://?mode=rwc"] {
+            assert!(
+                matches!(normalise_url(empty), Err(StoreError::EmptyUrl)),
+                "{empty:?}"
+            );
+        }
         assert_eq!(
             redact_url("postgres://u:secret@h/db"),
             "postgres://u:***@h/db"

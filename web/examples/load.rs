@@ -130,11 +130,14 @@ async fn client(
         let outcome = match r {
             Ok(r) => {
                 let status = r.status().as_u16();
-                // The body is read so that the connection is reused.
-                let _ = r.bytes().await;
+                // The body is read so that the connection is reused, and shown when it refuses.
+                let text = r.text().await.unwrap_or_default();
                 if status == 200 {
                     Outcome::Accepted
                 } else {
+                    // The first refusal's reason, once per run: the rest are counted.
+                    static SHOWN: std::sync::Once = std::sync::Once::new();
+                    SHOWN.call_once(|| eprintln!("first refusal ({status}): {}", text.trim()));
                     Outcome::Refused(status)
                 }
             }
@@ -186,6 +189,14 @@ async fn present(store: &Store, ids: &[TrajectoryId]) -> Result<usize, tooltune_
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The server's own log (a refused request's cause is written there), at the level TOOLTUNE_LOG names.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOOLTUNE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
