@@ -245,7 +245,7 @@ fn main() {
                 })
                 .collect();
             let t0 = Instant::now();
-            let results = dispatcher.run(&jobs).await.expect("jobs");
+            let results = dispatcher.run(&jobs, &|| false).await.expect("jobs");
             let wall = t0.elapsed().as_secs_f64();
             for (c, _) in &mut workers {
                 let _ = c.kill();

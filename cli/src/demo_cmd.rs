@@ -252,12 +252,7 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     }
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
-    let stop2 = stop.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop2.stop();
-        }
-    });
+    crate::progress::stop_on_ctrl_c(stop.clone());
     eprintln!(
         "tooltune demo: optimising {} of the {} suite ({} tasks) twice, for task success and for \
          selection rate, from seed {} with {} rollouts and {} each (plus the held-out comparison).",

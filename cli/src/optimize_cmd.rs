@@ -119,13 +119,7 @@ pub async fn run(
 ) -> Result<ExitCode> {
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
-    let stop2 = stop.clone();
-    // Ctrl-C stops after the current step; the run stays resumable.
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop2.stop();
-        }
-    });
+    crate::progress::stop_on_ctrl_c(stop.clone());
     if args.from_traces {
         return from_traces(&store, config, &args).await;
     }

@@ -306,6 +306,27 @@ pub fn printer(
     (bar, f)
 }
 
+/// Ctrl-C stops `stop` after the current step (the run stays resumable); a second Ctrl-C ends the process at once,
+/// for when the step itself does not end (a run with workers waits on jobs no worker takes, a model that hangs).
+/// What was stored before stays stored, and the run resumes from its last checkpoint.
+pub fn stop_on_ctrl_c(stop: tooltune_driver::StopSignal) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        stop.stop();
+        eprintln!(
+            "stopping after the current step (Ctrl-C again to quit now; the run can be resumed)"
+        );
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "quitting: what was stored stays, and the run resumes from its last checkpoint"
+            );
+            std::process::exit(130);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

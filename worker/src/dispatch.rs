@@ -90,8 +90,14 @@ impl Dispatcher {
 
     /// Sends the jobs that have no result yet and waits until every job has one; returns them in job order. A
     /// result the workers gave up on before this call is dropped and its job sent again (as a run on one machine
-    /// tries again what failed for want of a server); one they give up on during it is returned.
-    pub async fn run(&self, jobs: &[Job]) -> Result<Vec<JobResult>, WorkerError> {
+    /// tries again what failed for want of a server); one they give up on during it is returned. `stopped` is
+    /// asked at every poll: once it says yes, the wait ends with [`WorkerError::Interrupted`] (with no worker
+    /// running, a wait would otherwise never end).
+    pub async fn run(
+        &self,
+        jobs: &[Job],
+        stopped: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Vec<JobResult>, WorkerError> {
         let keys: Vec<String> = jobs.iter().map(|j| j.key.clone()).collect();
         let before = self.store.job_results(&keys).await?;
         let failed: Vec<String> = before
@@ -131,6 +137,12 @@ impl Dispatcher {
                 .cloned()
                 .collect();
             let found = self.store.job_results(&waiting).await?;
+            if found.len() < waiting.len() && stopped() {
+                return Err(WorkerError::Interrupted {
+                    waiting: waiting.len() - found.len(),
+                    queue: self.name.clone(),
+                });
+            }
             if !found.is_empty() {
                 last_news = Instant::now();
                 warned = false;

@@ -61,4 +61,16 @@ pub enum WorkerError {
         /// What is missing.
         reason: String,
     },
+    /// A stop was asked for while jobs still waited for results (no worker running, say). The jobs stay queued:
+    /// a resumed run sends nothing again and takes their results when workers have written them.
+    #[error(
+        "stopped while {waiting} jobs waited for results in queue {queue}; they stay queued, and resuming the run \
+         uses what workers write meanwhile"
+    )]
+    Interrupted {
+        /// Jobs without a result.
+        waiting: usize,
+        /// The queue they wait in.
+        queue: String,
+    },
 }

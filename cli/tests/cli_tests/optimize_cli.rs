@@ -1,7 +1,8 @@
 //! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
 //! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
 //! Then `tooltune report` on both stored runs, its figures checked against the store. And the same run with its
-//! rollouts played by three `tooltune worker` processes on PostgreSQL, one of them killed mid-batch.
+//! rollouts played by three `tooltune worker` processes on PostgreSQL, one of them killed mid-batch; and Ctrl-C
+//! while no worker takes the jobs.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -545,4 +546,101 @@ async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process
             .execute(&mut c)
             .await;
     }
+}
+
+#[tokio::test]
+async fn ctrl_c_while_no_worker_takes_the_jobs_ends_the_run_as_stopped_with_its_jobs_queued() {
+    let (db, admin, name) = fresh_postgres().await;
+    let mut args = args();
+    args.push("--workers".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut run = optimize(&db, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run on workers");
+    // No worker is started: wait until the driver has sent its first jobs, then Ctrl-C.
+    let started = Instant::now();
+    let queued = loop {
+        let queue: Vec<String> = {
+            use sqlx::Connection;
+            match sqlx::PgConnection::connect(&db).await {
+                Ok(mut c) => sqlx::query_scalar("SELECT queue FROM job_queues")
+                    .fetch_all(&mut c)
+                    .await
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
+        };
+        if let Some(q) = queue.first() {
+            let n = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{q}")).await;
+            if n > 0 {
+                break n;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the driver sent no jobs"
+        );
+        assert!(run.try_wait().expect("poll").is_none(), "the run ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let status = Command::new("kill")
+        .args(["-INT", &run.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let asked = Instant::now();
+    let out = loop {
+        if run.try_wait().expect("poll").is_some() {
+            break run.wait_with_output().expect("output");
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "the run still waits for workers 20 s after Ctrl-C"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let run_id = query_run_id(&db).await;
+    assert!(
+        stderr.contains(&format!("tooltune optimize --resume {run_id}")),
+        "{stderr}"
+    );
+    let (status, error) = {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
+        sqlx::query_as::<_, (String, Option<String>)>("SELECT status, error FROM runs")
+            .fetch_one(&mut c)
+            .await
+            .expect("the run's row")
+    };
+    assert_eq!(status, "stopped", "{error:?}");
+    // The jobs stay queued for workers that come later; a resumed run sends none again.
+    let queue: String = {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
+        sqlx::query_scalar("SELECT queue FROM job_queues")
+            .fetch_one(&mut c)
+            .await
+            .expect("queue")
+    };
+    let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
+    assert_eq!(left, queued);
+
+    use sqlx::Connection;
+    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut c)
+            .await;
+    }
+}
+
+async fn query_run_id(db: &str) -> String {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db).await.expect("connect");
+    sqlx::query_scalar("SELECT id FROM runs")
+        .fetch_one(&mut c)
+        .await
+        .expect("one run")
 }

@@ -57,6 +57,14 @@ pub enum DriverError {
     /// The job queue failed (a run with workers).
     #[error(transparent)]
     Worker(#[from] tooltune_worker::WorkerError),
+    /// A stop cut a wait for workers short; the run is recorded as stopped and can be resumed.
+    #[error("run {run}: {message}; resume it with `tooltune optimize --resume {run}`")]
+    Interrupted {
+        /// The run.
+        run: String,
+        /// What was waiting.
+        message: String,
+    },
     /// The run's configuration is unusable.
     #[error("run configuration: {0}")]
     Config(String),
@@ -697,7 +705,7 @@ impl Ctx<'_> {
                 call_timeout_ms: u64::try_from(opts.call_timeout.as_millis()).unwrap_or(u64::MAX),
             })
             .collect();
-        let done = dispatcher.run(&jobs).await?;
+        let done = dispatcher.run(&jobs, &|| self.stop_requested()).await?;
         let mut results = Vec::with_capacity(done.len());
         let mut trajectories = Vec::new();
         for r in done {
@@ -1489,8 +1497,19 @@ async fn drive_leased(
         Err(e) => {
             // The run stays resumable: its checkpoint and stored rollouts are untouched. The search's error is
             // what the caller needs; a store that also refuses the status is logged beside it, not instead of it.
+            // A stop that cut a wait for workers short is a stop, not a failure.
+            let (e, status) = match e {
+                DriverError::Worker(w @ tooltune_worker::WorkerError::Interrupted { .. }) => (
+                    DriverError::Interrupted {
+                        run: run_id.to_string(),
+                        message: w.to_string(),
+                    },
+                    "stopped",
+                ),
+                e => (e, "failed"),
+            };
             if let Err(store_error) = store
-                .finish_run(run_id, "failed", None, Some(&e.to_string()))
+                .finish_run(run_id, status, None, Some(&e.to_string()))
                 .await
             {
                 tracing::error!(
