@@ -2,24 +2,9 @@
 //! model: the failing trajectories of a tool reach the reflector, the run is stored with its proposal, and the exit
 //! code tells a cron job what happened.
 
+use crate::tooltune;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn tooltune(db: &str, data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tooltune"))
-        .arg("--database-url")
-        .arg(db)
-        .args(args)
-        .env_remove("TOOLTUNE_DATABASE_URL")
-        .env_remove("TOOLTUNE_AGENT")
-        .env_remove("TOOLTUNE_REFLECTOR")
-        .env_remove("TOOLTUNE_CONFIG")
-        // No config file from the user's data dir may leak into the test.
-        .env("TOOLTUNE_DATA_DIR", data_dir)
-        .output()
-        .expect("run tooltune")
-}
 
 fn samples() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ingest/samples");

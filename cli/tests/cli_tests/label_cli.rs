@@ -3,21 +3,10 @@
 //! trajectories and their ids do not change, labelling again replaces), and `traces stats` counts them only when
 //! asked to use labels, saying where each verdict came from.
 
+use crate::tooltune;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn tooltune(db: &str, data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tooltune"))
-        .arg("--database-url")
-        .arg(db)
-        .args(args)
-        .env_remove("TOOLTUNE_DATABASE_URL")
-        .env_remove("TOOLTUNE_CONFIG")
-        .env("TOOLTUNE_DATA_DIR", data_dir)
-        .output()
-        .expect("run tooltune")
-}
+use std::process::Output;
 
 fn json_of(o: &Output) -> Value {
     assert!(

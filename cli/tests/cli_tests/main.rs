@@ -9,3 +9,22 @@ mod ingest_cli;
 mod label_cli;
 mod optimize_cli;
 mod proxy_cli;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// `tooltune --database-url DB ARGS` with no model, config or store of the user's environment leaking in.
+pub(crate) fn tooltune(db: &str, data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tooltune"))
+        .arg("--database-url")
+        .arg(db)
+        .args(args)
+        .env_remove("TOOLTUNE_DATABASE_URL")
+        .env_remove("TOOLTUNE_AGENT")
+        .env_remove("TOOLTUNE_REFLECTOR")
+        .env_remove("TOOLTUNE_CONFIG")
+        // No config file from the user's data dir may leak into the test.
+        .env("TOOLTUNE_DATA_DIR", data_dir)
+        .output()
+        .expect("run tooltune")
+}

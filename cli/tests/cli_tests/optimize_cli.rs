@@ -525,14 +525,7 @@ async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process
     assert_eq!(missing, 0, "a rollout's trajectory was lost");
     assert_eq!(referenced, trajectories, "a trajectory no rollout names");
     // Nothing is left in the queue.
-    let queue: String = {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
-        sqlx::query_scalar("SELECT queue FROM job_queues")
-            .fetch_one(&mut c)
-            .await
-            .expect("one queue")
-    };
+    let queue = job_queue(&db).await.expect("one queue");
     let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
     assert_eq!(left, 0, "jobs left in the queue");
     assert!(
@@ -562,17 +555,7 @@ async fn ctrl_c_while_no_worker_takes_the_jobs_ends_the_run_as_stopped_with_its_
     // No worker is started: wait until the driver has sent its first jobs, then Ctrl-C.
     let started = Instant::now();
     let queued = loop {
-        let queue: Vec<String> = {
-            use sqlx::Connection;
-            match sqlx::PgConnection::connect(&db).await {
-                Ok(mut c) => sqlx::query_scalar("SELECT queue FROM job_queues")
-                    .fetch_all(&mut c)
-                    .await
-                    .unwrap_or_default(),
-                Err(_) => Vec::new(),
-            }
-        };
-        if let Some(q) = queue.first() {
+        if let Some(q) = job_queue(&db).await {
             let n = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{q}")).await;
             if n > 0 {
                 break n;
@@ -617,14 +600,7 @@ async fn ctrl_c_while_no_worker_takes_the_jobs_ends_the_run_as_stopped_with_its_
     };
     assert_eq!(status, "stopped", "{error:?}");
     // The jobs stay queued for workers that come later; a resumed run sends none again.
-    let queue: String = {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
-        sqlx::query_scalar("SELECT queue FROM job_queues")
-            .fetch_one(&mut c)
-            .await
-            .expect("queue")
-    };
+    let queue = job_queue(&db).await.expect("the run's queue");
     let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
     assert_eq!(left, queued);
 
@@ -634,6 +610,17 @@ async fn ctrl_c_while_no_worker_takes_the_jobs_ends_the_run_as_stopped_with_its_
             .execute(&mut c)
             .await;
     }
+}
+
+/// The run's job queue, once the driver has registered it.
+async fn job_queue(db: &str) -> Option<String> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db).await.ok()?;
+    sqlx::query_scalar("SELECT queue FROM job_queues")
+        .fetch_optional(&mut c)
+        .await
+        .ok()
+        .flatten()
 }
 
 async fn query_run_id(db: &str) -> String {
