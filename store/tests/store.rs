@@ -1312,3 +1312,28 @@ async fn sqlite_labels_are_kept_apart_and_used_only_where_no_outcome_was_written
 async fn postgres_labels_are_kept_apart_and_used_only_where_no_outcome_was_written() {
     labels_are_kept_apart_and_used_only_where_no_outcome_was_written(postgres().await).await;
 }
+
+/// Two imports at once (two `POST /api/traces`, say) whose files bring the same new description versions in
+/// opposite orders: each transaction holds the unique-index entry of the first version it inserted and waits for
+/// the other's, which PostgreSQL breaks by aborting one of them ("deadlock detected"); the server answered that
+/// request with a 500 in the web load check.
+#[tokio::test]
+async fn postgres_concurrent_imports_of_the_same_new_descriptions_in_opposite_orders_all_succeed() {
+    let db = postgres().await;
+    for round in 0..20 {
+        let (a, b) = (format!("Docs A {round}."), format!("Docs B {round}."));
+        let first = [
+            trajectory(&format!("{round} one"), &["search_docs"], true, &a),
+            trajectory(&format!("{round} two"), &["search_docs"], true, &b),
+        ];
+        let second = [
+            trajectory(&format!("{round} three"), &["search_docs"], true, &b),
+            trajectory(&format!("{round} four"), &["search_docs"], true, &a),
+        ];
+        let (x, y) = tokio::join!(db.store.insert(&first), db.store.insert(&second));
+        x.unwrap_or_else(|e| panic!("round {round}, first import: {e}"));
+        y.unwrap_or_else(|e| panic!("round {round}, second import: {e}"));
+    }
+    assert_eq!(db.store.count_trajectories().await.expect("count"), 80);
+    db.finish().await;
+}
