@@ -535,6 +535,10 @@ impl Prepared {
     }
 }
 
+/// The PostgreSQL advisory lock of transactions that add description versions ("tooltune descriptions" in ASCII,
+/// cut to 8 bytes: any constant no other part of tooltune uses).
+const DESCRIPTIONS_LOCK: i64 = 0x746f_6f6c_6465_7363;
+
 /// Builds the insert of `rows` rows into `table` that skips a row whose key is already there: `INSERT INTO table
 /// (cols) VALUES ($1,..),(..) ON CONFLICT DO NOTHING` for PostgreSQL (`numbered`), `INSERT OR IGNORE INTO table
 /// (cols) VALUES (?,..),(..)` for SQLite. The SQL for a full batch is always the same string, so the driver's
@@ -550,10 +554,6 @@ impl Prepared {
 /// ingest (measured: 12.5 s to 9.9 s for 200,000 trajectories). `OR IGNORE` would also skip a row with a `NULL` in
 /// a `NOT NULL` column, but every such column is bound from a value that cannot be `None`; and a file's import
 /// rolls back as a whole on any error, so no statement needs undoing alone.
-/// The PostgreSQL advisory lock of transactions that add description versions ("tooltune descriptions" in ASCII,
-/// cut to 8 bytes: any constant no other part of tooltune uses).
-const DESCRIPTIONS_LOCK: i64 = 0x746f_6f6c_6465_7363;
-
 fn insert_sql(table: &str, cols: &[&str], rows: usize, numbered: bool) -> String {
     let verb = if numbered {
         "INSERT INTO"

@@ -70,20 +70,19 @@ where
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
-    let bound = listener.local_addr();
-    // A reply goes out as headers and body in separate writes; with Nagle's algorithm on, the body waits for the
-    // client's delayed ACK of the headers (about 40 ms) on every call of a kept-alive connection.
-    let listener = listener.tap_io(|tcp| {
-        // Without it replies are slower, not wrong: nothing to report.
-        let _ = tcp.set_nodelay(true);
-    });
     let io = |what: &'static str| {
         move |e: std::io::Error| ServeError::Transport {
             what,
             message: e.to_string(),
         }
     };
-    let bound = bound.map_err(io("bound address unknown"))?;
+    let bound = listener.local_addr().map_err(io("bound address unknown"))?;
+    // A reply goes out as headers and body in separate writes; with Nagle's algorithm on, the body waits for the
+    // client's delayed ACK of the headers (about 40 ms) on every call of a kept-alive connection.
+    let listener = listener.tap_io(|tcp| {
+        // Without it replies are slower, not wrong: nothing to report.
+        let _ = tcp.set_nodelay(true);
+    });
     let mut out = std::io::stdout().lock();
     writeln!(out, "http://{bound}/mcp").map_err(io("writing the URL"))?;
     out.flush().map_err(io("writing the URL"))?;
