@@ -117,6 +117,30 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: WorkerArgs) -
                     );
                 }
             }
+            WorkerEvent::StoreLost { error, retry_in_s } => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "store_lost", "error": error, "retry_in_s": retry_in_s,
+                            "elapsed_s": elapsed})
+                    );
+                } else {
+                    eprintln!(
+                        "[{elapsed:>4.0} s] the store cannot be reached ({error}); trying again in \
+                         {retry_in_s:.0} s (jobs held now go back to the queue after their visibility timeout)"
+                    );
+                }
+            }
+            WorkerEvent::StoreBack { seconds } => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "store_back", "after_s": seconds, "elapsed_s": elapsed})
+                    );
+                } else {
+                    eprintln!("[{elapsed:>4.0} s] the store answers again after {seconds:.0} s");
+                }
+            }
             WorkerEvent::Batch {
                 suite,
                 jobs,

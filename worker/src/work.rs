@@ -70,6 +70,20 @@ pub enum WorkerEvent {
         /// How many.
         jobs: usize,
     },
+    /// The store (and so the queue) cannot be reached: the worker keeps trying, with a growing pause, instead of
+    /// exiting, so a network cut between machines costs the jobs it held (they come back to the queue after their
+    /// visibility timeout) and not the worker.
+    StoreLost {
+        /// The error of the last try.
+        error: String,
+        /// Seconds until the next try.
+        retry_in_s: f64,
+    },
+    /// The store answered again after it was lost.
+    StoreBack {
+        /// How long it was gone.
+        seconds: f64,
+    },
     /// A batch finished.
     Batch {
         /// The suite's name.
@@ -184,13 +198,36 @@ pub async fn work(
     };
     let mut served: HashMap<String, Result<Served, String>> = HashMap::new();
     let mut idle_since = Instant::now();
-    let result = loop {
+    // When the store was lost and how many tries have failed since.
+    let mut lost: Option<(Instant, u32)> = None;
+    let result: Result<(), WorkerError> = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
         let queues = match store.job_queues().await {
-            Ok(q) => q,
-            Err(e) => break Err(e.into()),
+            Ok(q) => {
+                if let Some((since, _)) = lost.take() {
+                    on_event(&WorkerEvent::StoreBack {
+                        seconds: since.elapsed().as_secs_f64(),
+                    });
+                }
+                q
+            }
+            Err(e) => {
+                let (since, tries) = lost.unwrap_or((Instant::now(), 0));
+                let pause = lost_pause(tries);
+                lost = Some((since, tries + 1));
+                on_event(&WorkerEvent::StoreLost {
+                    error: e.to_string(),
+                    retry_in_s: pause.as_secs_f64(),
+                });
+                // Stop is honoured during the pause too, so Ctrl-C does not wait out a long one.
+                let until = Instant::now() + pause;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                continue;
+            }
         };
         let mut worked = false;
         for q in queues.iter().filter(|q| q.model == identity) {
@@ -278,6 +315,11 @@ pub async fn work(
         jobs_done: counters.done.load(Ordering::Relaxed),
         failures: counters.failed.load(Ordering::Relaxed),
     })
+}
+
+/// The pause before the next try after `tries` failed looks at the store: 1 s, doubling, at most 30 s.
+fn lost_pause(tries: u32) -> Duration {
+    Duration::from_secs(1u64 << tries.min(5)).min(Duration::from_secs(30))
 }
 
 /// What became of one taken job.
@@ -526,4 +568,15 @@ fn owner(suite: &Suite, task: &str) -> Option<String> {
         .iter()
         .find(|t| t.id == task)
         .and_then(|t| t.owner.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_store_is_tried_again_after_pauses_that_double_from_one_second_to_at_most_thirty() {
+        let pauses: Vec<u64> = (0..8).map(|t| lost_pause(t).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
 }

@@ -1,8 +1,8 @@
 //! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
 //! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
 //! Then `tooltune report` on both stored runs, its figures checked against the store. And the same run with its
-//! rollouts played by three `tooltune worker` processes on PostgreSQL, one of them killed mid-batch; and Ctrl-C
-//! while no worker takes the jobs.
+//! rollouts played by `tooltune worker` processes on PostgreSQL, through Ctrl-C, a resume, a worker's network cut
+//! and another worker's SIGKILL.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -421,64 +421,238 @@ fn worker(db: &str) -> std::process::Child {
         .expect("start a worker")
 }
 
+/// A TCP relay in front of the test PostgreSQL that can be cut: a cut closes every connection through it and
+/// closes each new one as soon as it is accepted (a link that drops, as between machines), and `restore` lets
+/// connections through again.
+struct Relay {
+    /// `db` with the relay's address in place of the server's.
+    url: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    live: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    async fn start(db: &str) -> Relay {
+        use std::sync::atomic::Ordering;
+        // postgres://user@host:port/name
+        let after_scheme = db.split_once("://").expect("a URL").1;
+        let authority = after_scheme.split('/').next().expect("authority");
+        let server = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, h)| h)
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("relay port");
+        let addr = listener.local_addr().expect("relay address");
+        let relay = Relay {
+            url: db.replacen(&server, &addr.to_string(), 1),
+            cut: Default::default(),
+            live: Default::default(),
+        };
+        let (cut, live) = (relay.cut.clone(), relay.live.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if cut.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let server = server.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                live.lock().expect("relay lock").push(task.abort_handle());
+            }
+        });
+        relay
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.live.lock().expect("relay lock").drain(..) {
+            t.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// One run on workers through every fault the queue is for, in turn (one run, not one per fault: each costs a
+/// whole search on two cores). Ctrl-C while no worker takes the jobs; a resume once workers come, which sends
+/// none of the queued jobs again; a worker's network cut while it holds jobs, and restored; another worker killed
+/// with SIGKILL as it takes its first jobs. The run ends as the run in one process did, with every rollout stored
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process_run() {
-    use std::io::BufRead;
+async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matches_a_single_process_run()
+ {
     let (a_db, a) = reference();
     let _ = a_db;
     let (db, admin, name) = fresh_postgres().await;
-    // Three workers; their event lines come to one channel, tagged with the worker's index.
+
+    // Ctrl-C while no worker takes the jobs: the driver waits for workers; once it has sent its first jobs,
+    // SIGINT.
+    let mut args = args();
+    args.push("--workers".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut first = optimize(&db, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run on workers");
+    let started = Instant::now();
+    let queued = loop {
+        if let Some(q) = job_queue(&db).await {
+            let n = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{q}")).await;
+            if n > 0 {
+                break n;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the driver sent no jobs"
+        );
+        assert!(first.try_wait().expect("poll").is_none(), "the run ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let status = Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let asked = Instant::now();
+    let out = loop {
+        if first.try_wait().expect("poll").is_some() {
+            break first.wait_with_output().expect("output");
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "the run still waits for workers 20 s after Ctrl-C"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let run_id = query_run_id(&db).await;
+    assert!(
+        stderr.contains(&format!("tooltune optimize --resume {run_id}")),
+        "{stderr}"
+    );
+    let (status, error) = {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
+        sqlx::query_as::<_, (String, Option<String>)>("SELECT status, error FROM runs")
+            .fetch_one(&mut c)
+            .await
+            .expect("the run's row")
+    };
+    assert_eq!(status, "stopped", "{error:?}");
+    // Its jobs stay queued for workers that come later.
+    let queue = job_queue(&db).await.expect("the run's queue");
+    let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
+    assert_eq!(left, queued);
+
+    // Workers come and the run is resumed. Worker 2 reaches the store through a relay the test cuts: a network
+    // cut between machines. The others connect directly.
+    let relay = Relay::start(&db).await;
+    // Their event lines come to one channel, tagged with the worker's index.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Value)>();
-    let mut workers = Vec::new();
-    for i in 0..3 {
-        let mut w = worker(&db);
+    let spawn = |i: usize, url: &str| {
+        let mut w = worker(url);
         let out = w.stdout.take().expect("worker stdout");
         let tx = tx.clone();
         std::thread::spawn(move || {
+            use std::io::BufRead;
             for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
                     let _ = tx.send((i, v));
                 }
             }
         });
-        workers.push(Some(w));
-    }
-    let mut args = args();
-    args.push("--workers".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = optimize(&db, &args)
+        Some(w)
+    };
+    // Worker 2 starts alone, so that it surely holds jobs when its network is cut.
+    let mut workers: Vec<Option<std::process::Child>> = vec![None, None, spawn(2, &relay.url)];
+    let mut run = optimize(&db, &["--resume", &run_id, "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run on workers");
-    // Kill the first worker seen taking jobs, before it can finish them: SIGKILL mid-batch.
+        .expect("resume on workers");
+    // 1. Worker 2 takes jobs: its network is cut, and workers 0 and 1 start. 2. The first of them to take jobs
+    // is killed with SIGKILL, before it can finish them. 3. Once worker 2 has noticed the cut and its jobs'
+    // visibility timeout (5 s) has passed, the network comes back.
     let started = Instant::now();
-    let killed = loop {
-        match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok((i, e)) if e["event"] == "taken" => {
+    let mut cut_at: Option<Instant> = None;
+    let mut killed: Option<usize> = None;
+    let mut noticed = false;
+    let mut restored_at: Option<Instant> = None;
+    let mut seen: Vec<(usize, Value, Option<Instant>)> = Vec::new();
+    while killed.is_none() || restored_at.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "stuck: cut {cut_at:?}, killed {killed:?}, noticed {noticed}; events {seen:?}"
+        );
+        assert!(
+            run.try_wait().expect("poll the run").is_none(),
+            "the run ended before both faults: cut {cut_at:?}, killed {killed:?}, noticed {noticed}"
+        );
+        let Ok((i, e)) = rx.recv_timeout(Duration::from_millis(500)) else {
+            if noticed
+                && restored_at.is_none()
+                && cut_at.is_some_and(|t| t.elapsed() > Duration::from_secs(6))
+            {
+                relay.restore();
+                restored_at = Some(Instant::now());
+            }
+            continue;
+        };
+        match (i, e["event"].as_str()) {
+            (2, Some("taken")) if cut_at.is_none() => {
+                relay.cut();
+                cut_at = Some(Instant::now());
+                workers[0] = spawn(0, &db);
+                workers[1] = spawn(1, &db);
+            }
+            (2, Some("store_lost")) => noticed = true,
+            (0 | 1, Some("taken")) if killed.is_none() => {
                 let mut w = workers[i].take().expect("worker alive");
                 w.kill().expect("SIGKILL");
                 w.wait().expect("reaped");
-                break i;
+                killed = Some(i);
             }
-            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(600),
-                    "no worker took a job"
-                );
-            }
-            Err(e) => panic!("worker events: {e}"),
+            _ => {}
         }
-    };
-    let out = run.wait_with_output().expect("run on workers");
+        seen.push((i, e, restored_at));
+    }
+    let killed = killed.expect("a worker was killed");
+    let restored_at = restored_at.expect("the network came back");
+    let out = run.wait_with_output().expect("the resumed run");
+    // The cut-off worker survived the cut: it is still running, and told of the store's return.
+    let cut_off = workers[2].as_mut().expect("worker 2");
+    assert!(
+        cut_off.try_wait().expect("poll worker 2").is_none(),
+        "the worker whose network was cut exited"
+    );
     for mut w in workers.into_iter().flatten() {
         let _ = w.kill();
         let _ = w.wait();
     }
     let b = json(&out);
-    let events: Vec<(usize, Value)> = rx.try_iter().collect();
+    let events: Vec<(usize, Value)> = seen
+        .into_iter()
+        .map(|(i, e, _)| (i, e))
+        .chain(rx.try_iter())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|(i, e)| *i == 2 && e["event"] == "store_back"),
+        "worker 2 did not report the store back after the network returned ({:?} ago)",
+        restored_at.elapsed()
+    );
 
-    // The same search as on one process.
+    // The same search as in one process.
     for key in [
         "winner",
         "winner_descriptions",
@@ -499,8 +673,19 @@ async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process
     assert!(retried >= 1, "no job was taken again after the kill");
     let given_up = pg_i64(&db, "SELECT COUNT(*) FROM job_results WHERE infra = 1").await;
     assert_eq!(given_up, 0, "a job was given up");
-    let by = pg_i64(&db, "SELECT COUNT(DISTINCT worker) FROM job_results").await;
-    assert!(by >= 2, "results came from {by} worker(s)");
+    // The killed worker, killed as it took its first jobs, wrote no result: the others finished its jobs.
+    let killed_id = events
+        .iter()
+        .find(|(i, e)| *i == killed && e["event"] == "started")
+        .and_then(|(_, e)| e["worker"].as_str())
+        .expect("the killed worker's id")
+        .replace('\'', "''");
+    let by_killed = pg_i64(
+        &db,
+        &format!("SELECT COUNT(*) FROM job_results WHERE worker = '{killed_id}'"),
+    )
+    .await;
+    assert_eq!(by_killed, 0, "the killed worker wrote results");
     let duplicates = pg_i64(
         &db,
         "SELECT COUNT(*) FROM (SELECT candidate_id, external_id, rollout FROM trajectories \
@@ -524,85 +709,27 @@ async fn optimize_on_three_workers_one_killed_mid_batch_matches_a_single_process
     .await;
     assert_eq!(missing, 0, "a rollout's trajectory was lost");
     assert_eq!(referenced, trajectories, "a trajectory no rollout names");
-    // Nothing is left in the queue.
-    let queue = job_queue(&db).await.expect("one queue");
+    // Nothing is left in the queue, and no job was sent twice: every message ever sent is in the queue or its
+    // archive, the ones sent before Ctrl-C among them.
     let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
     assert_eq!(left, 0, "jobs left in the queue");
+    let sent_twice = pg_i64(
+        &db,
+        &format!(
+            "SELECT COUNT(*) FROM (SELECT k FROM (SELECT message->>'key' AS k FROM pgmq.q_{queue} \
+             UNION ALL SELECT message->>'key' FROM pgmq.a_{queue}) m GROUP BY k HAVING COUNT(*) > 1) d"
+        ),
+    )
+    .await;
+    assert_eq!(sent_twice, 0, "a job was sent again on resume");
     assert!(
-        events.iter().all(|(i, _)| *i != killed),
+        events
+            .iter()
+            .skip_while(|(i, e)| !(*i == killed && e["event"] == "taken"))
+            .skip(1)
+            .all(|(i, _)| *i != killed),
         "the killed worker reported after its kill"
     );
-
-    use sqlx::Connection;
-    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut c)
-            .await;
-    }
-}
-
-#[tokio::test]
-async fn ctrl_c_while_no_worker_takes_the_jobs_ends_the_run_as_stopped_with_its_jobs_queued() {
-    let (db, admin, name) = fresh_postgres().await;
-    let mut args = args();
-    args.push("--workers".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut run = optimize(&db, &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run on workers");
-    // No worker is started: wait until the driver has sent its first jobs, then Ctrl-C.
-    let started = Instant::now();
-    let queued = loop {
-        if let Some(q) = job_queue(&db).await {
-            let n = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{q}")).await;
-            if n > 0 {
-                break n;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the driver sent no jobs"
-        );
-        assert!(run.try_wait().expect("poll").is_none(), "the run ended");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let status = Command::new("kill")
-        .args(["-INT", &run.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(status.success());
-    let asked = Instant::now();
-    let out = loop {
-        if run.try_wait().expect("poll").is_some() {
-            break run.wait_with_output().expect("output");
-        }
-        assert!(
-            asked.elapsed() < Duration::from_secs(20),
-            "the run still waits for workers 20 s after Ctrl-C"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let run_id = query_run_id(&db).await;
-    assert!(
-        stderr.contains(&format!("tooltune optimize --resume {run_id}")),
-        "{stderr}"
-    );
-    let (status, error) = {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
-        sqlx::query_as::<_, (String, Option<String>)>("SELECT status, error FROM runs")
-            .fetch_one(&mut c)
-            .await
-            .expect("the run's row")
-    };
-    assert_eq!(status, "stopped", "{error:?}");
-    // The jobs stay queued for workers that come later; a resumed run sends none again.
-    let queue = job_queue(&db).await.expect("the run's queue");
-    let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
-    assert_eq!(left, queued);
 
     use sqlx::Connection;
     if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
