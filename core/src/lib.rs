@@ -54,6 +54,19 @@ pub struct ToolAnnotations {
 }
 
 impl ToolAnnotations {
+    /// The hints of an MCP `annotations` object as a server sends it (`readOnlyHint`, ...). A hint that is absent
+    /// or not a boolean is `None`: the hints are advice, and a malformed one says nothing. Other members (`title`)
+    /// are not hints and are ignored.
+    pub fn from_mcp(annotations: &Value) -> ToolAnnotations {
+        let hint = |key: &str| annotations.get(key).and_then(Value::as_bool);
+        ToolAnnotations {
+            read_only_hint: hint("readOnlyHint"),
+            destructive_hint: hint("destructiveHint"),
+            idempotent_hint: hint("idempotentHint"),
+            open_world_hint: hint("openWorldHint"),
+        }
+    }
+
     /// Whether a call may change state: anything not declared read-only (the specification's default for
     /// `readOnlyHint` is false).
     pub fn may_write(&self) -> bool {
@@ -823,6 +836,28 @@ mod tests {
         back.tools = t.tools.clone();
         assert_eq!(back, t);
         assert_eq!(back.id(), id);
+    }
+
+    #[test]
+    fn mcp_annotations_are_read_by_their_protocol_names_and_a_malformed_hint_is_absent() {
+        let a = ToolAnnotations::from_mcp(&json!({
+            "title": "Delete",
+            "readOnlyHint": false,
+            "destructiveHint": true,
+            "idempotentHint": "yes",
+        }));
+        assert_eq!(
+            a,
+            ToolAnnotations {
+                read_only_hint: Some(false),
+                destructive_hint: Some(true),
+                idempotent_hint: None,
+                open_world_hint: None,
+            }
+        );
+        assert!(a.may_write());
+        assert!(ToolAnnotations::from_mcp(&json!({"title": "only"})).is_empty());
+        assert!(ToolAnnotations::from_mcp(&json!(null)).is_empty());
     }
 
     #[test]

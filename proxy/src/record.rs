@@ -109,11 +109,17 @@ async fn write_loop(store: Store, session: String, mut rx: mpsc::Receiver<Event>
             Event::Tools(t) => {
                 let map: serde_json::Map<String, Value> = t
                     .into_iter()
-                    .map(|(name, (text, id))| {
-                        (
-                            name,
-                            json!({"description": text, "description_id": id.as_str()}),
-                        )
+                    .map(|(name, shown)| {
+                        let mut tool = json!({
+                            "description": shown.description,
+                            "description_id": shown.id.as_str(),
+                        });
+                        // The hints in the store's own spelling (as in a trajectory's `tool_annotations`).
+                        if !shown.annotations.is_empty() {
+                            tool["annotations"] =
+                                serde_json::to_value(shown.annotations).unwrap_or_default();
+                        }
+                        (name, tool)
                     })
                     .collect();
                 facts.tools = Some(Value::Object(map).to_string());

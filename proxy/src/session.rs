@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
-use tooltune_core::{DescriptionId, ToolSpec};
+use tooltune_core::{DescriptionId, ToolAnnotations, ToolSpec};
 
 /// How much of each call is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,12 +40,25 @@ pub enum Event {
     Client(Value),
     /// The revision the server answered `initialize` with.
     ProtocolVersion(String),
-    /// The tools the host was shown: name to (description, its version id).
-    Tools(BTreeMap<String, (String, DescriptionId)>),
+    /// The tools the host was shown, by name.
+    Tools(BTreeMap<String, Shown>),
     /// A complete list of tools (no further page) lacked tools that the rewrites name.
     MissingTools(Vec<String>),
     /// A finished `tools/call` (boxed: it is several times the size of the other events).
     Call(Box<Call>),
+}
+
+/// A tool as the host was shown it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    /// The description shown (rewritten or the server's own).
+    pub description: String,
+    /// Its version id.
+    pub id: DescriptionId,
+    /// The behaviour hints the server declared for it (`annotations`; empty when it declared none). Recorded as
+    /// what the server claims: hosts read them to decide what needs the user's confirmation, so a variant's
+    /// effect on calls is read beside them.
+    pub annotations: ToolAnnotations,
 }
 
 /// A finished `tools/call`, as recorded.
@@ -106,7 +119,7 @@ pub struct Session {
     /// Requests from the host not yet answered, by their id's JSON text.
     pending: HashMap<String, Waiting>,
     /// Tools shown in the current listing, gathered over its pages.
-    shown: BTreeMap<String, (String, DescriptionId)>,
+    shown: BTreeMap<String, Shown>,
     next_seq: u64,
     /// Ids the proxy already answered with a timeout error.
     timed_out: HashSet<String>,
@@ -307,7 +320,7 @@ impl Session {
                     }
                     events.push(Event::Call(Box::new(Call {
                         seq,
-                        description_id: self.shown.get(&tool).map(|(_, id)| id.clone()),
+                        description_id: self.shown.get(&tool).map(|t| t.id.clone()),
                         tool,
                         arguments: Some(arguments),
                         is_error,
@@ -358,7 +371,18 @@ impl Session {
                     .into(),
             };
             let id = spec.description_id();
-            self.shown.insert(name, (spec.description, id));
+            let annotations = t
+                .get("annotations")
+                .map(ToolAnnotations::from_mcp)
+                .unwrap_or_default();
+            self.shown.insert(
+                name,
+                Shown {
+                    description: spec.description,
+                    id,
+                    annotations,
+                },
+            );
         }
         if last_page {
             events.push(Event::Tools(self.shown.clone()));
@@ -457,7 +481,8 @@ mod tests {
         );
         assert_eq!(f, FromHost::Forward);
         let listing = json!({"jsonrpc":"2.0","id":1,"result":{"tools":[
-            {"name":"search_docs","description":"Old.","inputSchema":{"type":"object"}},
+            {"name":"search_docs","description":"Old.","inputSchema":{"type":"object"},
+             "annotations":{"title":"Search","readOnlyHint":true,"openWorldHint":false}},
             {"name":"web_search","description":"Web.","inputSchema":{"type":"object"}}]}});
         let (out, events) = s.from_server(&line(listing), t).expect("json");
         let out: Value = serde_json::from_slice(&out.expect("rewritten")).expect("json");
@@ -466,7 +491,17 @@ mod tests {
         let Some(Event::Tools(tools)) = events.first() else {
             panic!("no tools event: {events:?}")
         };
-        assert_eq!(tools["search_docs"].0, "New text.");
+        assert_eq!(tools["search_docs"].description, "New text.");
+        // The server's hints are kept as it declared them; a tool without any has none.
+        assert_eq!(
+            tools["search_docs"].annotations,
+            ToolAnnotations {
+                read_only_hint: Some(true),
+                open_world_hint: Some(false),
+                ..Default::default()
+            }
+        );
+        assert!(tools["web_search"].annotations.is_empty());
         // A response to another request, a notification and a server request pass unchanged.
         s.from_host(&line(json!({"jsonrpc":"2.0","id":"p","method":"ping"})), t);
         for m in [

@@ -380,6 +380,32 @@ fn variants_are_assigned_by_session_key_recorded_and_separated_by_stats() {
     assert_eq!(b["calls"].as_u64(), Some(n_b as u64));
     assert_eq!(a["calls"].as_u64(), Some(8 - n_b as u64));
     assert!(b["share_p_vs_first"].as_f64().is_some());
+    // Each session recorded the tools it was shown: the text, its version and the hints the server declared
+    // (contractor declares both searches read-only).
+    let tools: Vec<String> = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            use sqlx::Connection;
+            let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+                .await
+                .expect("open");
+            sqlx::query_scalar("SELECT tools FROM proxy_sessions WHERE tools IS NOT NULL")
+                .fetch_all(&mut c)
+                .await
+                .expect("query")
+        });
+    assert_eq!(tools.len(), 17, "sessions with their tools recorded");
+    for t in &tools {
+        let t: Value = serde_json::from_str(t).expect("tools JSON");
+        for name in ["search_docs", "web_search"] {
+            assert_eq!(
+                t[name]["annotations"],
+                json!({"read_only_hint": true}),
+                "{name}: {t}"
+            );
+            assert!(t[name]["description_id"].is_string(), "{t}");
+        }
+    }
     // Arguments were redacted before they were stored.
     for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
         if !entry.file_name().to_string_lossy().starts_with("t.db") {
