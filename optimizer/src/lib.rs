@@ -74,12 +74,14 @@ mod candidate;
 mod config;
 mod merge;
 pub mod pareto;
+mod protocol;
 mod search;
 
 pub use candidate::{Candidate, CandidateStatus, FailedProposal, MinibatchTrial, Origin, Progress};
 pub use config::{Budget, Config, Screening};
 pub use pareto::Frontier;
-pub use search::{Action, Observation, Outcome, Search, Spent, StopReason, mean_over, pick_best};
+pub use protocol::{Action, Observation, Outcome, Spent, StopReason};
+pub use search::{Search, mean_over, pick_best};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
