@@ -1199,4 +1199,46 @@ mod tests {
         }
         assert!(n >= 10, "{n}");
     }
+
+    /// The fast path's contract, checked differentially on every fixture and sample line, whole and damaged at
+    /// random: the scanner either gives up or builds exactly what the serde pass builds from the same text. It may
+    /// be stricter than serde, never looser, so a record reads the same whichever pass reads it.
+    mod differential {
+        use super::*;
+        use crate::mutate::differential;
+        use proptest::prelude::*;
+
+        fn lines() -> Vec<&'static str> {
+            include_str!("../tests/fixtures/langfuse.jsonl")
+                .lines()
+                .chain(include_str!("../samples/langfuse.jsonl").lines())
+                .filter(|l| !l.trim().is_empty())
+                .collect()
+        }
+
+        #[test]
+        fn the_scanner_gives_up_or_builds_what_serde_builds() {
+            let (compared, tried) = differential(&lines(), 1000, |text| {
+                let Ok(fast) = fast::trace(text) else {
+                    return Ok(false);
+                };
+                let lean = serde_json::from_str::<Trace>(text);
+                prop_assert!(
+                    lean.is_ok(),
+                    "the scanner read what serde rejects: {}",
+                    text
+                );
+                let lean = lean.expect("checked");
+                prop_assert_eq!(
+                    format!("{:?}", convert(fast, 1)),
+                    format!("{:?}", convert(lean, 1))
+                );
+                Ok(true)
+            });
+            assert!(
+                compared * 5 >= tried,
+                "the scanner read only {compared} of {tried} damaged records"
+            );
+        }
+    }
 }

@@ -14,6 +14,8 @@ mod common;
 mod detect;
 mod input;
 mod langfuse;
+#[cfg(test)]
+mod mutate;
 mod openai;
 mod otel;
 mod reader;

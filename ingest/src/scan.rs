@@ -844,4 +844,54 @@ mod tests {
             assert_eq!(u.skip_known(seen[1]).is_some(), legal);
         }
     }
+
+    /// The delimiting contract the shape splitter rests on, checked differentially on records of every format,
+    /// whole and damaged at random: where the scanner finds a value, serde_json reads one value there too, ending at
+    /// the same byte; where serde_json finds none, the scanner finds none.
+    mod differential {
+        use super::*;
+        use crate::mutate::differential;
+        use proptest::prelude::*;
+        use serde::de::IgnoredAny;
+
+        fn records() -> Vec<&'static str> {
+            [
+                include_str!("../tests/fixtures/tooltune.jsonl"),
+                include_str!("../tests/fixtures/openai.jsonl"),
+                include_str!("../tests/fixtures/langfuse.jsonl"),
+                include_str!("../tests/fixtures/otel.jsonl"),
+            ]
+            .into_iter()
+            .flat_map(str::lines)
+            .filter(|l| !l.trim().is_empty())
+            .collect()
+        }
+
+        #[test]
+        fn a_value_the_scanner_delimits_is_the_value_serde_reads() {
+            let all = records();
+            // Two records back to back, as in an array: the first value must end where serde's does.
+            let pairs: Vec<String> = (0..all.len())
+                .map(|i| format!("{} , {}", all[i], all[(i * 7 + 3) % all.len()]))
+                .collect();
+            let pairs: Vec<&str> = pairs.iter().map(String::as_str).collect();
+            let (compared, tried) = differential(&pairs, 1000, |text| {
+                let mut stream = serde_json::Deserializer::from_str(text).into_iter::<IgnoredAny>();
+                let serde = match stream.next() {
+                    Some(Ok(_)) => Some(stream.byte_offset()),
+                    _ => None,
+                };
+                let Ok(v) = Scan::new(text).value() else {
+                    return Ok(false);
+                };
+                let start = text.len() - text.trim_start_matches([' ', '\n', '\r', '\t']).len();
+                prop_assert_eq!(Some(start + v.len()), serde, "{}", text);
+                Ok(true)
+            });
+            assert!(
+                compared * 5 >= tried,
+                "the scanner delimited only {compared} of {tried} damaged texts"
+            );
+        }
+    }
 }
