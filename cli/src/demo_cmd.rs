@@ -89,7 +89,7 @@ enum Edit {
 /// One objective's headline figures, seed against winner on the held-out split.
 #[derive(Debug, Serialize)]
 struct Headline {
-    objective: String,
+    objective: tooltune_objectives::Objective,
     run_id: String,
     seed_success: Option<f64>,
     winner_success: Option<f64>,
@@ -169,7 +169,7 @@ fn headline(s: &RunSummary) -> Headline {
     };
     let (seed_m, winner_m) = (measured(0), measured(s.winner));
     Headline {
-        objective: s.objective.clone(),
+        objective: s.objective,
         run_id: s.run_id.clone(),
         seed_success: s.test.seed.success.value,
         winner_success: s.test.winner.success.value,
@@ -382,7 +382,7 @@ fn print_table(out: &DemoOutput) {
     for h in &out.runs {
         println!(
             "{:<12} {:>15} {:>15} {:>15} {:>18} {:>15} {:>17}",
-            h.objective,
+            h.objective.as_str(),
             format!("{} → {}", pct(h.seed_success), pct(h.winner_success)),
             format!("{} → {}", pct(h.seed_routing), pct(h.winner_routing)),
             format!("{} → {}", pct(h.seed_selection), pct(h.winner_selection)),

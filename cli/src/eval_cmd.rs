@@ -108,7 +108,9 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         &suite,
         &server,
         model.as_ref(),
-        store.as_ref(),
+        store
+            .as_ref()
+            .map(|s| s as &dyn tooltune_core::TrajectorySink),
         &candidate,
         &opts,
         move |done, total| {

@@ -669,6 +669,21 @@ impl Trajectory {
     }
 }
 
+/// Where finished trajectories go, a chunk at a time: the trace store in production (`tooltune-store` implements
+/// it), a vector in a test. The evaluator writes its rollouts through this, so it needs no database of its own and
+/// the store needs nothing of the evaluator. A boxed future rather than an `async fn`, so that callers can hand
+/// over `&dyn TrajectorySink`.
+pub trait TrajectorySink: Send + Sync {
+    /// Stores `chunk` whole or not at all (a crash then loses at most the chunk in flight); the error says why.
+    fn write<'a>(
+        &'a self,
+        chunk: &'a [Trajectory],
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'a>>;
+}
+
+/// Why a [`TrajectorySink`] could not store a chunk, in the sink's own words.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
 fn list_names(tools: &[ToolSpec]) -> String {
     if tools.is_empty() {
         return "the list is empty".to_string();

@@ -12,10 +12,9 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tooltune_core::{Links, Outcome, ToolSpec};
+use tooltune_core::{Links, Outcome, ToolSpec, TrajectorySink};
 use tooltune_llm::{ChatModel, ChatRequest, Message};
 use tooltune_objectives::stats::Rate;
-use tooltune_store::Store;
 
 /// A candidate: the descriptions it puts in front of the model, by tool name. Tools it does not name keep the
 /// server's own description.
@@ -323,12 +322,13 @@ impl ToolServer for McpTools<'_> {
 }
 
 /// Evaluates `candidate` on `suite` with `server` already connected (kept alive by the caller across candidates).
-/// Trajectories go to `store` chunk by chunk as they finish, so a crash loses at most the chunk in flight.
+/// Trajectories go to `sink` (the trace store) chunk by chunk as they finish, so a crash loses at most the chunk in
+/// flight; with no sink they are kept in the result.
 pub async fn evaluate(
     suite: &Suite,
     server: &McpServer,
     model: &dyn ChatModel,
-    store: Option<&Store>,
+    sink: Option<&dyn TrajectorySink>,
     candidate: &Candidate,
     opts: &EvalOptions,
     mut progress: impl FnMut(usize, usize) + Send,
@@ -576,10 +576,9 @@ pub async fn evaluate(
                     results.push(result);
                     to_store.push(trajectory);
                 }
-                if let Some(store) = store {
+                if let Some(sink) = sink {
                     let t0 = Instant::now();
-                    store
-                        .insert(&to_store)
+                    sink.write(&to_store)
                         .await
                         .map_err(|e| EvalError::Store(e.to_string()))?;
                     timings.store_s += t0.elapsed().as_secs_f64();

@@ -16,13 +16,19 @@
 //! `TOOLTUNE_API_KEY` is the default key variable; `TOOLTUNE_MODELS_DIR` moves the models folder.
 
 use crate::fetch::ModelChoice;
+#[cfg(feature = "local")]
 use crate::local::{LocalModel, LocalOptions};
-use crate::openai::{DEFAULT_API_KEY_ENV, OpenAiModel, OpenAiOptions};
+#[cfg(feature = "openai")]
+use crate::openai::{OpenAiModel, OpenAiOptions};
 use crate::{ChatModel, LlmError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
+#[cfg(feature = "openai")]
 use std::time::Duration;
+
+/// The environment variable an OpenAI-compatible endpoint's API key is read from unless the spec names another.
+pub const DEFAULT_API_KEY_ENV: &str = "TOOLTUNE_API_KEY";
 
 /// One backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +191,7 @@ pub struct Roles {
 /// Builds one backend. A local model is fetched if missing (with a progress bar on stderr) and loaded.
 pub async fn build(spec: &BackendSpec) -> Result<Arc<dyn ChatModel>, LlmError> {
     match spec {
+        #[cfg(feature = "local")]
         BackendSpec::Local {
             model,
             models_dir,
@@ -201,6 +208,7 @@ pub async fn build(spec: &BackendSpec) -> Result<Arc<dyn ChatModel>, LlmError> {
             }
             Ok(Arc::new(LocalModel::load(o).await?))
         }
+        #[cfg(feature = "openai")]
         BackendSpec::Openai {
             base_url,
             model,
@@ -222,6 +230,16 @@ pub async fn build(spec: &BackendSpec) -> Result<Arc<dyn ChatModel>, LlmError> {
             }
             Ok(Arc::new(OpenAiModel::new(o)?))
         }
+        #[cfg(not(feature = "local"))]
+        BackendSpec::Local { .. } => Err(LlmError::config(
+            "kind",
+            "this build has no embedded model: build tooltune-llm with its `local` feature",
+        )),
+        #[cfg(not(feature = "openai"))]
+        BackendSpec::Openai { .. } => Err(LlmError::config(
+            "kind",
+            "this build has no OpenAI-compatible backend: build tooltune-llm with its `openai` feature",
+        )),
     }
 }
 

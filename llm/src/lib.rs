@@ -9,9 +9,12 @@
 pub mod config;
 mod error;
 pub mod fetch;
+#[cfg(feature = "local")]
 pub mod local;
+#[cfg(feature = "openai")]
 pub mod openai;
 mod secret;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod wire;
 

@@ -21,8 +21,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tooltune_core::Usage;
 
-/// The environment variable holding the API key unless configured otherwise.
-pub const DEFAULT_API_KEY_ENV: &str = "TOOLTUNE_API_KEY";
+pub use crate::config::DEFAULT_API_KEY_ENV;
 
 /// How to reach an endpoint.
 #[derive(Debug, Clone)]

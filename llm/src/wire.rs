@@ -2,7 +2,6 @@
 //! and parses and the `model serve` endpoint accepts and answers. Unknown fields are ignored on input, so
 //! requests from other clients (with `top_p`, `user`, ...) are accepted.
 
-use crate::local::template::tool_json;
 use crate::{ChatRequest, ChatResponse, FinishReason, Message, ToolChoice};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -140,6 +139,17 @@ pub struct WireUsage {
 /// Pairs calls and results when the producer gave no id: the id is derived from the tool's name.
 fn call_id(id: &Option<String>, name: &str) -> String {
     id.clone().unwrap_or_else(|| format!("call_{name}"))
+}
+
+/// A tool in OpenAI's function-tool shape: what the wire carries and what chat templates expect.
+pub fn tool_json(t: &ToolSpec) -> Value {
+    let params = if t.input_schema.as_object().is_some_and(|o| !o.is_empty()) {
+        (*t.input_schema).clone()
+    } else {
+        json!({"type": "object", "properties": {}})
+    };
+    json!({"type": "function", "function": {
+        "name": t.name, "description": t.description, "parameters": params}})
 }
 
 /// A tooltune request as the JSON body for `model`.

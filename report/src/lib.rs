@@ -171,19 +171,19 @@ async fn target_schema(
     store: &Store,
     row: &RunRow,
 ) -> Result<Option<serde_json::Value>, ReportError> {
-    let Ok(cfg) = serde_json::from_str::<tooltune_driver::RunConfig>(&row.config) else {
+    let Ok(cfg) = serde_json::from_str::<tooltune_run::RunConfig>(&row.config) else {
         return Ok(None);
     };
     let Some(state) = &row.state else {
         return Ok(None);
     };
-    let Ok(search) = serde_json::from_str::<tooltune_optimizer::Search>(state) else {
+    let Ok(search) = tooltune_run::Checkpoint::parse(state) else {
         return Ok(None);
     };
-    let Some(seed) = search.candidates().first() else {
+    let Some(seed) = search.seed() else {
         return Ok(None);
     };
-    let key = tooltune_driver::candidate_key(&seed.descriptions);
+    let key = tooltune_run::candidate_key(seed);
     for r in store.rollouts(&row.id, &key).await? {
         let Some(id) = r.trajectory_id else { continue };
         if let Some(t) = store.trajectory(&TrajectoryId::from_stored(id)).await?

@@ -8,9 +8,11 @@ use crate::verdict::{Verdict, VerdictInput, verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use tooltune_driver::{CandidateSummary, Comparison, Event, RunConfig, RunSummary};
-use tooltune_objectives::{InflationReport, Metrics, Rate, inflation};
-use tooltune_optimizer::{Origin, Search};
+use tooltune_objectives::{InflationReport, Metrics, Rate};
+use tooltune_run::{
+    CandidateSummary, Checkpoint, Comparison, Event, OriginKind, RunConfig, RunSummary, Status,
+    TrialScore, candidate_key, validation_metrics,
+};
 use tooltune_store::{RolloutRow, RunRow};
 
 /// What the store holds about one run.
@@ -23,7 +25,7 @@ pub struct RunInput {
     /// The target tool's input schema as the server declared it, when known (needed to measure scope claims of an
     /// unfinished run's candidates; a finished run's summary already holds the measures).
     pub schema: Option<Value>,
-    /// The run's stored rollouts, each under its candidate's key (`tooltune_driver::candidate_key`).
+    /// The run's stored rollouts, each under its candidate's key (`tooltune_run::candidate_key`).
     pub rollouts: Vec<(String, RolloutRow)>,
 }
 
@@ -127,14 +129,16 @@ pub struct Step {
     pub candidate: u32,
     /// Its parents (one for a reflection, two for a merge).
     pub parents: Vec<u32>,
-    /// `seed`, `reflection` or `merge`.
-    pub origin: String,
+    /// How it was made.
+    pub origin: OriginKind,
     /// The tool a reflection rewrote.
     pub tool: Option<String>,
     /// The reflector's diagnosis.
     pub diagnosis: Option<String>,
-    /// Its status in the search (as the search names it).
-    pub status: String,
+    /// Its status in the search.
+    pub status: Status,
+    /// For a rejected or screened-out candidate: its score and the score it had to reach.
+    pub trial: Option<TrialScore>,
     /// Whether it is an ancestor of (or is) the winner, or the best so far in an unfinished run.
     pub in_lineage: bool,
     /// Whether it is the winner (the best so far in an unfinished run).
@@ -174,9 +178,11 @@ pub struct CandidateRow {
     /// Parents.
     pub parents: Vec<u32>,
     /// How it was made.
-    pub origin: String,
+    pub origin: OriginKind,
     /// Its status in the search.
-    pub status: String,
+    pub status: Status,
+    /// For a rejected or screened-out candidate: its score and the score it had to reach.
+    pub trial: Option<TrialScore>,
     /// Whether it passed its trial (it is, or was being, validated).
     pub accepted: bool,
     /// Mean validation score under the objective.
@@ -263,21 +269,6 @@ pub struct RunReport {
     pub notes: Vec<String>,
 }
 
-fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
-    match o {
-        Origin::Seed => ("seed".into(), None, None),
-        Origin::Reflection { tool, diagnosis } => {
-            ("reflection".into(), Some(tool.clone()), diagnosis.clone())
-        }
-        Origin::Merge { .. } => ("merge".into(), None, None),
-    }
-}
-
-/// Whether a search status means the candidate passed its trial.
-fn accepted(status: &str) -> bool {
-    status.starts_with("InPool") || status.starts_with("Validating")
-}
-
 impl RunReport {
     /// Builds the figures from the stored rows. Never fails: what cannot be read is left out and named in `notes`.
     pub fn build(input: RunInput) -> RunReport {
@@ -305,8 +296,8 @@ impl RunReport {
                 }
             },
         };
-        let search: Option<Search> = match (&summary, &row.state) {
-            (None, Some(s)) => match serde_json::from_str(s) {
+        let search: Option<Checkpoint> = match (&summary, &row.state) {
+            (None, Some(s)) => match Checkpoint::parse(s) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     notes.push(format!("the run's checkpoint is unreadable ({e})"));
@@ -388,19 +379,14 @@ impl RunReport {
                         );
                     }
                     let target = target.clone().unwrap_or_default();
-                    let cands = candidates_of(search, &target, schema.as_ref(), &parsed);
-                    let best = search.best().map(|c| c.id.0);
-                    let mut lineage = Vec::new();
-                    let mut cur = best.and_then(|b| search.candidates().get(b as usize));
-                    while let Some(c) = cur {
-                        lineage.push(c.id.0);
-                        cur = c
-                            .parents
-                            .first()
-                            .and_then(|p| search.candidates().get(p.0 as usize));
-                    }
-                    lineage.reverse();
-                    (cands, lineage, None, best)
+                    let cands =
+                        search.candidates(&target, schema.as_ref(), &validation_metrics(&parsed));
+                    let lineage = search
+                        .lineage_of_best(&target)
+                        .iter()
+                        .map(|l| l.candidate)
+                        .collect();
+                    (cands, lineage, None, search.best())
                 }
                 (None, None) => (Vec::new(), Vec::new(), None, None),
             };
@@ -424,7 +410,7 @@ impl RunReport {
         }
         let effects_of = |c: &CandidateSummary| {
             effects_by_key
-                .get(&tooltune_driver::candidate_key(&c.descriptions))
+                .get(&candidate_key(&c.descriptions))
                 .cloned()
                 .unwrap_or_default()
         };
@@ -435,7 +421,7 @@ impl RunReport {
             candidates.iter().map(|c| (c.id, c)).collect();
         let steps = candidates
             .iter()
-            .filter(|c| c.id == 0 || accepted(&c.status) || lineage_set.contains(&c.id))
+            .filter(|c| c.id == 0 || c.status.accepted() || lineage_set.contains(&c.id))
             .map(|c| {
                 let parent = c.parents.first().and_then(|p| by_id.get(p));
                 let other_changes = match parent {
@@ -457,10 +443,11 @@ impl RunReport {
                 Step {
                     candidate: c.id,
                     parents: c.parents.clone(),
-                    origin: c.origin.clone(),
+                    origin: c.origin,
                     tool: c.tool.clone(),
                     diagnosis: c.diagnosis.clone(),
-                    status: c.status.clone(),
+                    status: c.status,
+                    trial: c.trial,
                     in_lineage: lineage_set.contains(&c.id),
                     is_winner: leader == Some(c.id),
                     found_at_rollouts: c.found_at_rollouts,
@@ -483,9 +470,10 @@ impl RunReport {
             .map(|c| CandidateRow {
                 id: c.id,
                 parents: c.parents.clone(),
-                origin: c.origin.clone(),
-                status: c.status.clone(),
-                accepted: accepted(&c.status),
+                origin: c.origin,
+                status: c.status,
+                trial: c.trial,
+                accepted: c.status.accepted(),
                 validation_mean: c.validation_mean,
                 chars: c.inflation.chars,
                 promotional: c.inflation.counts.promotional,
@@ -497,7 +485,7 @@ impl RunReport {
             let seed = by_id.get(&0)?;
             let win = by_id.get(&s.winner)?;
             Some(verdict(VerdictInput {
-                objective: &s.objective,
+                objective: s.objective.as_str(),
                 target: &s.target,
                 winner_is_seed: s.winner == 0,
                 seed: &seed.inflation,
@@ -531,7 +519,7 @@ impl RunReport {
             finished: summary.is_some(),
             objective: summary
                 .as_ref()
-                .map(|s| s.objective.clone())
+                .map(|s| s.objective.as_str().to_string())
                 .unwrap_or_else(|| row.objective.clone()),
             target,
             suite: row.suite.clone(),
@@ -559,12 +547,12 @@ impl RunReport {
             rollouts: summary
                 .as_ref()
                 .map(|s| s.rollouts)
-                .or_else(|| search.as_ref().map(|s| s.spent().rollouts))
+                .or_else(|| search.as_ref().map(Checkpoint::rollouts))
                 .unwrap_or(event_rollouts),
             reflection_tokens: summary
                 .as_ref()
                 .map(|s| s.reflection_tokens)
-                .or_else(|| search.as_ref().map(|s| s.spent().reflection_tokens)),
+                .or_else(|| search.as_ref().map(Checkpoint::reflection_tokens)),
             series,
             steps,
             candidates: candidate_rows,
@@ -621,51 +609,4 @@ fn series(events: &[Event]) -> Vec<IterationPoint> {
         });
     }
     out
-}
-
-/// An unfinished run's candidates from its checkpoint, shaped like a finished run's: validation metrics from the
-/// last validation event of each candidate, inflation measured against the schema when it is known.
-fn candidates_of(
-    search: &Search,
-    target: &str,
-    schema: Option<&Value>,
-    events: &[Event],
-) -> Vec<CandidateSummary> {
-    let mut validation: BTreeMap<u32, Metrics> = BTreeMap::new();
-    for e in events {
-        if let Event::Evaluated {
-            candidate,
-            phase,
-            metrics,
-            ..
-        } = e
-            && phase == "validation"
-        {
-            validation.insert(*candidate, (**metrics).clone());
-        }
-    }
-    let schema = schema.cloned().unwrap_or(Value::Null);
-    search
-        .candidates()
-        .iter()
-        .map(|c| {
-            let (origin, tool, diagnosis) = origin_parts(&c.origin);
-            let text = c.descriptions.get(target).cloned().unwrap_or_default();
-            CandidateSummary {
-                id: c.id.0,
-                parents: c.parents.iter().map(|p| p.0).collect(),
-                origin,
-                tool,
-                diagnosis,
-                status: format!("{:?}", c.status),
-                descriptions: c.descriptions.clone(),
-                validation_mean: c.validation_mean,
-                validation: validation.get(&c.id.0).cloned(),
-                found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
-                found_at_seconds: c.found_at.as_ref().map(|p| p.elapsed_ms as f64 / 1000.0),
-                found_at_reflection_tokens: c.found_at.as_ref().map(|p| p.reflection_tokens),
-                inflation: inflation::measure_text(&text, target, &schema),
-            }
-        })
-        .collect()
 }

@@ -11,6 +11,7 @@ use crate::{Report, RunReport, SideEffects, Step};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 use tooltune_objectives::{Metrics, Rate};
+use tooltune_run::{OriginKind, Status, TrialScore};
 
 const PAGE: &str = include_str!("../templates/report.html.jinja");
 const STYLE: &str = include_str!("../templates/style.css");
@@ -443,33 +444,38 @@ fn test_group(r: &RunReport) -> Option<TestGroup> {
     })
 }
 
-fn status_words(status: &str) -> String {
-    if status.starts_with("InPool") {
-        "accepted".into()
-    } else if status.starts_with("Validating") {
-        "accepted (validation unfinished)".into()
-    } else if status.starts_with("Rejected") {
-        "rejected: no better than its parent on the minibatch".into()
-    } else if status.starts_with("Trial") {
-        "on trial".into()
-    } else if status.starts_with("Abandoned") {
-        "abandoned when the run stopped".into()
-    } else {
-        status.to_string()
+fn status_words(status: Status, trial: Option<TrialScore>) -> String {
+    let figures = trial
+        .map(|t| format!(" ({} against {})", fmt_num(t.score), fmt_num(t.to_beat)))
+        .unwrap_or_default();
+    match status {
+        Status::InPool => "accepted".into(),
+        Status::Validating => "accepted (validation unfinished)".into(),
+        Status::Rejected => {
+            format!("rejected: no better than its parent on the minibatch{figures}")
+        }
+        Status::ScreenedOut => {
+            format!("screened out: another proposal or its parent screened better{figures}")
+        }
+        Status::Trial => "on trial".into(),
+        Status::Abandoned => "abandoned when the run stopped".into(),
     }
 }
 
-fn origin_words(origin: &str, tool: Option<&str>, parents: &[u32]) -> String {
+fn fmt_num(x: f64) -> String {
+    format!("{x:.3}")
+}
+
+fn origin_words(origin: OriginKind, tool: Option<&str>, parents: &[u32]) -> String {
     let from = parents
         .iter()
         .map(|p| format!("c{p}"))
         .collect::<Vec<_>>()
         .join(" and ");
     match origin {
-        "seed" => "the seed (the server's own description)".to_string(),
-        "reflection" => format!("reflection on {} from {from}", tool.unwrap_or("a tool")),
-        "merge" => format!("merge of {from}"),
-        other => other.to_string(),
+        OriginKind::Seed => "the seed (the server's own description)".to_string(),
+        OriginKind::Reflection => format!("reflection on {} from {from}", tool.unwrap_or("a tool")),
+        OriginKind::Merge => format!("merge of {from}"),
     }
 }
 
@@ -594,9 +600,9 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
             }
             StepView {
                 candidate: s.candidate,
-                title: origin_words(&s.origin, s.tool.as_deref(), &s.parents),
+                title: origin_words(s.origin, s.tool.as_deref(), &s.parents),
                 badges,
-                status: status_words(&s.status),
+                status: status_words(s.status, s.trial),
                 found_at: s.found_at_rollouts,
                 diagnosis: s.diagnosis.clone(),
                 description_html: inflation_html(&s.description, &s.inflation),
@@ -679,8 +685,8 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
                     .map(|p| format!("c{p}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                origin: c.origin.clone(),
-                status: status_words(&c.status),
+                origin: c.origin.to_string(),
+                status: status_words(c.status, c.trial),
                 accepted: c.accepted,
                 validation_mean: c
                     .validation_mean

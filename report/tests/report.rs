@@ -6,11 +6,13 @@
 //! With `TOOLTUNE_KEEP_TEST_REPORT=DIR` the rendered report is also written to DIR (to look at, or screenshot).
 
 use serde_json::{Value, json};
-use tooltune_driver::{CandidateSummary, Comparison, Event, Lineage, RunConfig, RunSummary};
 use tooltune_objectives::inflation::measure_text;
 use tooltune_objectives::{Metrics, Objective, RolloutFacts};
 use tooltune_optimizer::{Action, Budget, CandidateId, Config, Descriptions, Observation, Search};
 use tooltune_report::{Outcome, Report};
+use tooltune_run::{
+    CandidateSummary, Comparison, Event, Lineage, OriginKind, RunConfig, RunSummary, Status,
+};
 use tooltune_store::Store;
 
 const SEED: &str = "Search the company's internal documentation.";
@@ -88,17 +90,22 @@ fn candidate(
     id: u32,
     parents: &[u32],
     text: &str,
-    status: &str,
+    status: Status,
     diagnosis: Option<&str>,
     validation: Option<Metrics>,
 ) -> CandidateSummary {
     CandidateSummary {
         id,
         parents: parents.to_vec(),
-        origin: if id == 0 { "seed" } else { "reflection" }.into(),
+        origin: if id == 0 {
+            OriginKind::Seed
+        } else {
+            OriginKind::Reflection
+        },
         tool: (id != 0).then(|| "search_docs".into()),
         diagnosis: diagnosis.map(str::to_string),
-        status: status.into(),
+        status,
+        trial: None,
         descriptions: descriptions(text),
         validation_mean: validation.as_ref().and_then(|m| m.success.value),
         validation,
@@ -141,13 +148,20 @@ async fn finished_run(
     );
     let diagnosis = "The agent picked web_search for \"SDK\" questions: the description never says <what> the docs hold.";
     let candidates = vec![
-        candidate(0, &[], SEED, "InPool", None, Some(v0.clone())),
-        candidate(1, &[0], HONEST, "InPool", Some(diagnosis), Some(v1.clone())),
+        candidate(0, &[], SEED, Status::InPool, None, Some(v0.clone())),
+        candidate(
+            1,
+            &[0],
+            HONEST,
+            Status::InPool,
+            Some(diagnosis),
+            Some(v1.clone()),
+        ),
         candidate(
             3,
             &[1],
             "Search docs.",
-            "Rejected { score: 1.0, to_beat: 2.0 }",
+            Status::Rejected,
             Some("Too long."),
             None,
         ),
@@ -155,14 +169,14 @@ async fn finished_run(
             2,
             &[1],
             winner_text,
-            "InPool",
+            Status::InPool,
             Some("Say when to use it."),
             Some(v2.clone()),
         ),
     ];
     let mut events = vec![Event::Started {
         run_id: id.into(),
-        objective: objective.as_str().into(),
+        objective,
         resumed: false,
     }];
     for (c, m, spent) in [(0, &v0, 5), (1, &v1, 16), (2, &v2, 27)] {
@@ -183,7 +197,7 @@ async fn finished_run(
             // A resumed run repeats the evaluation in flight: the same evaluation, stored twice.
             events.push(Event::Started {
                 run_id: id.into(),
-                objective: objective.as_str().into(),
+                objective,
                 resumed: true,
             });
             events.push(Event::Evaluated {
@@ -246,7 +260,7 @@ async fn finished_run(
     }
     let summary = RunSummary {
         run_id: id.into(),
-        objective: objective.as_str().into(),
+        objective,
         target: "search_docs".into(),
         stop_reason: "RolloutBudget".into(),
         rollouts: 27,
@@ -260,21 +274,21 @@ async fn finished_run(
         lineage: vec![
             Lineage {
                 candidate: 0,
-                origin: "seed".into(),
+                origin: OriginKind::Seed,
                 tool: None,
                 diagnosis: None,
                 description: SEED.into(),
             },
             Lineage {
                 candidate: 1,
-                origin: "reflection".into(),
+                origin: OriginKind::Reflection,
                 tool: Some("search_docs".into()),
                 diagnosis: Some(diagnosis.into()),
                 description: HONEST.into(),
             },
             Lineage {
                 candidate: 2,
-                origin: "reflection".into(),
+                origin: OriginKind::Reflection,
                 tool: Some("search_docs".into()),
                 diagnosis: Some("Say when to use it.".into()),
                 description: winner_text.into(),
@@ -331,7 +345,7 @@ async fn running_run(store: &Store, id: &str) {
     let mut spent = 0;
     let mut events = vec![Event::Started {
         run_id: id.into(),
-        objective: "selection".into(),
+        objective: Objective::SelectionRate,
         resumed: false,
     }];
     for _ in 0..5 {
@@ -403,7 +417,7 @@ async fn running_run(store: &Store, id: &str) {
 /// key), holding only the fields the report reads and the task id.
 async fn store_rollouts(store: &Store, run: &str, rows: &[(&str, &str, &str)]) {
     for (i, (text, task, result)) in rows.iter().enumerate() {
-        let key = tooltune_driver::candidate_key(&descriptions(text));
+        let key = tooltune_run::candidate_key(&descriptions(text));
         store
             .save_rollout(run, &key, task, i as i64, result, None)
             .await

@@ -30,7 +30,7 @@ use sqlx::{AnyPool, Executor, Row};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use tooltune_core::{DescriptionId, ToolSpec, Trajectory, TrajectoryId};
+use tooltune_core::{DescriptionId, SinkError, ToolSpec, Trajectory, TrajectoryId, TrajectorySink};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -508,6 +508,19 @@ impl FromStr for Backend {
     type Err = StoreError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         normalise_url(s).map(|(_, b)| b)
+    }
+}
+
+/// The evaluator's rollouts go into the store through this: each chunk is one `insert` (validated, all or nothing).
+impl TrajectorySink for Store {
+    fn write<'a>(
+        &'a self,
+        chunk: &'a [Trajectory],
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'a>> {
+        Box::pin(async move {
+            self.insert(chunk).await?;
+            Ok(())
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 //! auto-escape every value, and only HTML drawn by `tooltune-report` (which escapes its own text) is marked safe.
 
 use crate::render;
-use crate::view::{self, CandidateView, EvalPoint, RunDetail};
+use crate::view::{self, EvalPoint, RunDetail};
 use crate::{AppState, WebError};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -14,6 +14,7 @@ use serde_json::Value as Json;
 use std::collections::{BTreeMap, HashMap};
 use tooltune_core::{Step, TrajectoryId};
 use tooltune_objectives::stats::Rate;
+use tooltune_run::{OriginKind, ProgressCandidate as CandidateView, Status};
 
 const TEMPLATES: &[(&str, &str)] = &[
     ("base.html", include_str!("../templates/base.html")),
@@ -295,9 +296,9 @@ struct ToolText {
 #[derive(Serialize)]
 struct Node {
     id: u32,
-    origin: String,
+    origin: OriginKind,
     tool: Option<String>,
-    status: String,
+    status: Status,
     validation_mean: Option<f64>,
     best: bool,
     on_frontier: bool,
@@ -310,7 +311,7 @@ fn tree(candidates: &[CandidateView]) -> Vec<Node> {
     let mut children: HashMap<Option<u32>, Vec<&CandidateView>> = HashMap::new();
     for c in candidates {
         children
-            .entry(c.parents.first().copied())
+            .entry(c.candidate.parents.first().copied())
             .or_default()
             .push(c);
     }
@@ -320,21 +321,21 @@ fn tree(candidates: &[CandidateView]) -> Vec<Node> {
         depth: u32,
     ) -> Node {
         Node {
-            id: c.id,
-            origin: c.origin.clone(),
-            tool: c.tool.clone(),
-            status: c.status.clone(),
-            validation_mean: c.validation_mean,
+            id: c.candidate.id,
+            origin: c.candidate.origin,
+            tool: c.candidate.tool.clone(),
+            status: c.candidate.status,
+            validation_mean: c.candidate.validation_mean,
             best: c.best,
             on_frontier: c.on_frontier,
-            other_parents: c.parents.iter().skip(1).copied().collect(),
+            other_parents: c.candidate.parents.iter().skip(1).copied().collect(),
             // Ids only grow from parent to child, so the depth is bounded by the candidates; the cap is a guard
             // against a corrupt checkpoint with a cycle.
             children: if depth > 256 {
                 Vec::new()
             } else {
                 children
-                    .get(&Some(c.id))
+                    .get(&Some(c.candidate.id))
                     .map(|v| v.iter().map(|k| build(k, children, depth + 1)).collect())
                     .unwrap_or_default()
             },
@@ -356,7 +357,7 @@ async fn run_schemas(
     let Some(seed) = candidates.first() else {
         return Ok(HashMap::new());
     };
-    let key = tooltune_driver::candidate_key(&seed.descriptions);
+    let key = tooltune_run::candidate_key(&seed.candidate.descriptions);
     for row in s.store.rollouts(run_id, &key).await? {
         let Some(tid) = row.trajectory_id else {
             continue;
@@ -395,7 +396,8 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
         .map(|c| c.target.clone())
         .unwrap_or_default();
     let schemas = run_schemas(s, id, &candidates).await?;
-    let by_id: HashMap<u32, &CandidateView> = candidates.iter().map(|c| (c.id, c)).collect();
+    let by_id: HashMap<u32, &CandidateView> =
+        candidates.iter().map(|c| (c.candidate.id, c)).collect();
     let last_validation: HashMap<u32, &EvalPoint> = detail
         .evaluations
         .iter()
@@ -404,13 +406,18 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
         .collect();
     let mut cards = Vec::new();
     for c in &candidates {
-        let parent = c.parents.first().and_then(|p| by_id.get(p));
+        let parent = c.candidate.parents.first().and_then(|p| by_id.get(p));
         let mut texts = Vec::new();
         let mut highlights = Vec::new();
         let mut diffs = Vec::new();
         for tool in &tools {
-            let text = c.descriptions.get(tool).cloned().unwrap_or_default();
-            let before = parent.and_then(|p| p.descriptions.get(tool));
+            let text = c
+                .candidate
+                .descriptions
+                .get(tool)
+                .cloned()
+                .unwrap_or_default();
+            let before = parent.and_then(|p| p.candidate.descriptions.get(tool));
             let changed = before.is_some_and(|b| *b != text);
             let schema = schemas.get(tool).cloned().unwrap_or(Json::Null);
             let (highlight, inflation) = render::highlighted(&text, tool, &schema);
@@ -428,7 +435,7 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
                 inflation: inflation.counts,
             });
         }
-        let key = tooltune_driver::candidate_key(&c.descriptions);
+        let key = tooltune_run::candidate_key(&c.candidate.descriptions);
         let rollouts: Vec<Json> = s
             .store
             .rollouts(id, &key)
@@ -447,7 +454,7 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
                 })
             })
             .collect();
-        let validation = last_validation.get(&c.id).map(|e| {
+        let validation = last_validation.get(&c.candidate.id).map(|e| {
             serde_json::json!({ "success": e.success, "selection": e.selection, "off_target": e.off_target })
         });
         cards.push(context! {
@@ -465,11 +472,11 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
         .iter()
         .filter(|c| c.on_frontier)
         .map(|c| {
-            let v = last_validation.get(&c.id);
+            let v = last_validation.get(&c.candidate.id);
             serde_json::json!({
-                "id": c.id,
+                "id": c.candidate.id,
                 "wins": c.frontier_wins,
-                "validation_mean": c.validation_mean,
+                "validation_mean": c.candidate.validation_mean,
                 "success": v.map(|e| &e.success),
                 "selection": v.map(|e| &e.selection),
                 "best": c.best,

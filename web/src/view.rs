@@ -5,10 +5,8 @@
 use crate::jobs::{JobState, Jobs, view_spec};
 use crate::{AppState, WebError};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use tooltune_driver::{Event, RunConfig, RunSummary};
 use tooltune_objectives::stats::Rate;
-use tooltune_optimizer::{CandidateStatus, Origin, Search};
+use tooltune_run::{Checkpoint, Event, Progress, RunConfig, RunSummary, validation_metrics};
 use tooltune_store::RunRow;
 
 /// A run in a list.
@@ -48,47 +46,6 @@ pub(crate) struct ConfigView {
     pub score_threshold: Option<f64>,
     pub agent: String,
     pub reflector: String,
-}
-
-/// One candidate of the search.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct CandidateView {
-    pub id: u32,
-    pub parents: Vec<u32>,
-    /// `seed`, `reflection` or `merge`.
-    pub origin: String,
-    /// The tool a reflection changed.
-    pub tool: Option<String>,
-    pub diagnosis: Option<String>,
-    /// `trial`, `validating`, `in_pool`, `rejected` or `abandoned`.
-    pub status: String,
-    /// For a rejected candidate: its trial score and the score it had to beat.
-    pub rejected: Option<(f64, f64)>,
-    pub validation_mean: Option<f64>,
-    pub descriptions: BTreeMap<String, String>,
-    pub found_at_rollouts: Option<u64>,
-    pub on_frontier: bool,
-    /// Tasks of the validation split on which it has the best score (its weight in Pareto sampling).
-    pub frontier_wins: u32,
-    pub best: bool,
-}
-
-/// The search as of its last checkpoint.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Progress {
-    pub rollouts: u64,
-    pub reflection_tokens: u64,
-    pub iterations: u32,
-    pub reflections: u32,
-    pub failed_proposals: u32,
-    pub accepted: u32,
-    pub rejected: u32,
-    pub merges_tried: u32,
-    pub best: Option<u32>,
-    pub stopped: Option<String>,
-    /// Frontier members, by id.
-    pub frontier: Vec<u32>,
-    pub candidates: Vec<CandidateView>,
 }
 
 /// One evaluation as the events report it: the points of the score charts.
@@ -170,71 +127,6 @@ fn config_view(c: &RunConfig) -> ConfigView {
     }
 }
 
-fn status_name(s: &CandidateStatus) -> (String, Option<(f64, f64)>) {
-    match s {
-        CandidateStatus::Trial => ("trial".into(), None),
-        CandidateStatus::Validating => ("validating".into(), None),
-        CandidateStatus::InPool => ("in_pool".into(), None),
-        CandidateStatus::Rejected { score, to_beat } => {
-            ("rejected".into(), Some((*score, *to_beat)))
-        }
-        CandidateStatus::ScreenedOut { screen, parent } => {
-            ("screened_out".into(), Some((*screen, *parent)))
-        }
-        CandidateStatus::Abandoned => ("abandoned".into(), None),
-    }
-}
-
-/// The search's candidates, frontier and spending as of its checkpoint.
-pub(crate) fn progress(search: &Search) -> Progress {
-    let frontier = search.frontier();
-    let best = search.best().map(|c| c.id.0);
-    let candidates = search
-        .candidates()
-        .iter()
-        .map(|c| {
-            let (origin, tool, diagnosis) = match &c.origin {
-                Origin::Seed => ("seed", None, None),
-                Origin::Reflection { tool, diagnosis } => {
-                    ("reflection", Some(tool.clone()), diagnosis.clone())
-                }
-                Origin::Merge { .. } => ("merge", None, None),
-            };
-            let (status, rejected) = status_name(&c.status);
-            CandidateView {
-                id: c.id.0,
-                parents: c.parents.iter().map(|p| p.0).collect(),
-                origin: origin.to_string(),
-                tool,
-                diagnosis,
-                status,
-                rejected,
-                validation_mean: c.validation_mean,
-                descriptions: c.descriptions.clone(),
-                found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
-                on_frontier: frontier.members.contains(&c.id),
-                frontier_wins: frontier.wins.get(&c.id).copied().unwrap_or(0),
-                best: best == Some(c.id.0),
-            }
-        })
-        .collect();
-    let spent = search.spent();
-    Progress {
-        rollouts: spent.rollouts,
-        reflection_tokens: spent.reflection_tokens,
-        iterations: spent.iterations,
-        reflections: spent.reflections,
-        failed_proposals: spent.failed_proposals,
-        accepted: spent.accepted,
-        rejected: spent.rejected,
-        merges_tried: spent.merges_tried,
-        best,
-        stopped: search.stopped().map(|r| format!("{r:?}")),
-        frontier: frontier.members.iter().map(|c| c.0).collect(),
-        candidates,
-    }
-}
-
 /// The evaluations among a run's events, in order.
 pub(crate) fn evaluations(events: &[(i64, String)]) -> Vec<EvalPoint> {
     events
@@ -271,8 +163,8 @@ pub(crate) async fn run_detail(state: &AppState, id: &str) -> Result<RunDetail, 
         .run(id)
         .await?
         .ok_or_else(|| WebError::NotFound(format!("run `{id}`")))?;
-    let search: Option<Search> = row.state.as_deref().and_then(|s| {
-        serde_json::from_str(s)
+    let search: Option<Checkpoint> = row.state.as_deref().and_then(|s| {
+        Checkpoint::parse(s)
             .map_err(|e| tracing::warn!(run = id, "unreadable search checkpoint: {e}"))
             .ok()
     });
@@ -282,10 +174,21 @@ pub(crate) async fn run_detail(state: &AppState, id: &str) -> Result<RunDetail, 
             .ok()
     });
     let events = state.store.events(id, -1).await?;
+    let config = config_of(&row);
+    let target = config.as_ref().map_or("", |c| c.target.as_str());
+    let progress = search.as_ref().map(|s| {
+        let parsed: Vec<Event> = events
+            .iter()
+            .filter_map(|(_, e)| serde_json::from_str(e).ok())
+            .collect();
+        // The dashboard measures scope claims against the schema itself (`pages::run_schemas`), so the
+        // candidates' own inflation figures here are measured against the tool's name only.
+        s.progress(target, None, &validation_metrics(&parsed))
+    });
     let detail = RunDetail {
         run: brief(&row, &state.jobs),
-        config: config_of(&row).as_ref().map(config_view),
-        progress: search.as_ref().map(progress),
+        config: config.as_ref().map(config_view),
+        progress,
         result,
         evaluations: evaluations(&events),
         events: events.len(),

@@ -5,25 +5,10 @@
 use crate::WorkerError;
 use crate::job::{Job, agent_identity, queue_name};
 use crate::queue::Queue;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+pub use tooltune_run::WorkerPolicy;
 use tooltune_store::{JobQueue, JobResult, JobSuite, Store};
-
-/// How a run uses workers. Stored with the run's configuration, so a resumed run uses them too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkerPolicy {
-    /// How many times a job may be taken (its worker killed or cut off each time) before it counts as an
-    /// infrastructure failure.
-    pub max_attempts: u32,
-}
-
-impl Default for WorkerPolicy {
-    fn default() -> Self {
-        WorkerPolicy { max_attempts: 3 }
-    }
-}
 
 /// Sends jobs for one agent model and suite, and collects their results.
 #[derive(Debug, Clone)]

@@ -406,16 +406,29 @@ fn variants_are_assigned_by_session_key_recorded_and_separated_by_stats() {
             assert!(t[name]["description_id"].is_string(), "{t}");
         }
     }
-    // Arguments were redacted before they were stored.
-    for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("t.db") {
-            continue;
-        }
-        let bytes = std::fs::read(entry.path()).expect("read");
+    // Arguments were redacted before they were stored. SQLite folds its write-ahead log into the database and
+    // deletes it when the last connection closes, which may happen while this loop runs: the log is read before
+    // the database (so what left it is in the database read after), and a log already gone is skipped.
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("t.db"))
+        })
+        .collect();
+    files.sort_by_key(|p| p.extension().is_some_and(|e| e == "db"));
+    for path in files {
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => panic!("{}: {e}", path.display()),
+        };
         assert!(
             !bytes.windows(12).any(|w| w == b"secret words"),
             "a redacted argument reached {}",
-            entry.path().display()
+            path.display()
         );
     }
 }

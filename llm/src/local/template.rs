@@ -6,6 +6,7 @@
 //! separators, no HTML escaping). The model was trained on that spelling; minijinja's own `tojson` writes
 //! compact, HTML-escaped JSON, which would be a prompt the model never saw.
 
+use crate::wire::tool_json;
 use crate::{LlmError, Message};
 use minijinja::{Environment, Value};
 use serde_json::{Value as Json, json};
@@ -74,17 +75,6 @@ impl ChatTemplate {
             message: format!("rendering the chat template: {e}"),
         })
     }
-}
-
-/// A tool in OpenAI's function-tool shape, which is what chat templates expect.
-pub fn tool_json(t: &ToolSpec) -> Json {
-    let params = if t.input_schema.as_object().is_some_and(|o| !o.is_empty()) {
-        (*t.input_schema).clone()
-    } else {
-        json!({"type": "object", "properties": {}})
-    };
-    json!({"type": "function", "function": {
-        "name": t.name, "description": t.description, "parameters": params}})
 }
 
 fn message_json(m: &Message) -> Json {

@@ -7,7 +7,8 @@
 //! The verdict is what a cron job acts on: it is `improved` only when a suite was given and v2 beat the seed on
 //! the run's objective; an unvalidated proposal is reported as such, never as an improvement.
 
-use crate::summary::{Comparison, compare};
+use crate::Comparison;
+use crate::summary::compare;
 use crate::{DriverError, Models, candidate_key, facts_of};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -2,138 +2,12 @@
 //! intervals, paired tests between them, the winner's lineage with its diagnoses, and every candidate's figures.
 
 use crate::{Ctx, DriverError, Event};
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tooltune_evaluator::Split;
 use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
-use tooltune_objectives::{
-    InflationReport, Metrics, Objective, RolloutFacts, inflation, per_task_scores,
-};
-use tooltune_optimizer::{CandidateId, Descriptions, Origin, Search};
-
-/// One step of the winner's ancestry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Lineage {
-    /// Candidate number.
-    pub candidate: u32,
-    /// How it was made (`seed`, `reflection`, `merge`).
-    pub origin: String,
-    /// The tool it changed, for reflections.
-    pub tool: Option<String>,
-    /// The reflector's diagnosis that led to it.
-    pub diagnosis: Option<String>,
-    /// The target tool's description in it.
-    pub description: String,
-}
-
-/// One candidate's figures.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CandidateSummary {
-    /// Candidate number.
-    pub id: u32,
-    /// Parents.
-    pub parents: Vec<u32>,
-    /// How it was made.
-    pub origin: String,
-    /// The tool a reflection changed.
-    pub tool: Option<String>,
-    /// The reflector's diagnosis.
-    pub diagnosis: Option<String>,
-    /// Its status in the search.
-    pub status: String,
-    /// Its descriptions.
-    pub descriptions: Descriptions,
-    /// Mean objective score on the validation split, when it was evaluated there.
-    pub validation_mean: Option<f64>,
-    /// Both metrics on the validation split, when evaluated there.
-    pub validation: Option<Metrics>,
-    /// Rollouts spent when it was found.
-    pub found_at_rollouts: Option<u64>,
-    /// Run wall time, seconds, when it was found.
-    pub found_at_seconds: Option<f64>,
-    /// Reflection tokens spent when it was found.
-    pub found_at_reflection_tokens: Option<u64>,
-    /// Inflation measures of the target tool's description.
-    pub inflation: InflationReport,
-}
-
-/// Seed versus winner on the test split.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Comparison {
-    /// The split compared on.
-    pub split: String,
-    /// Seed's metrics.
-    pub seed: Metrics,
-    /// Winner's metrics.
-    pub winner: Metrics,
-    /// Exact McNemar p-value on per-task success.
-    pub success_p_value: f64,
-    /// Paired permutation p-value on per-task selection scores (exact probabilities where available).
-    pub selection_p_value: f64,
-    /// Paired permutation p-value on the run's own objective.
-    pub objective_p_value: f64,
-    /// Paired permutation p-value on per-task routing (exact probability of the right first move where
-    /// available).
-    #[serde(default)]
-    pub routing_p_value: Option<f64>,
-    /// Paired permutation p-value on the selection of the target over the tasks other tools own (the inflation
-    /// signal).
-    #[serde(default)]
-    pub off_target_p_value: Option<f64>,
-    /// Per task: the winner's routing score minus the seed's (positive: the winner routes it better).
-    #[serde(default)]
-    pub routing_deltas: Vec<TaskDelta>,
-}
-
-/// One task's change between seed and winner.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskDelta {
-    /// The task.
-    pub task: String,
-    /// The tool it belongs to (none: it needs no tool).
-    pub owner: Option<String>,
-    /// The seed's score.
-    pub seed: f64,
-    /// The winner's score.
-    pub winner: f64,
-}
-
-/// A finished run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunSummary {
-    /// Run id.
-    pub run_id: String,
-    /// The objective.
-    pub objective: String,
-    /// The tool whose selection is measured.
-    pub target: String,
-    /// Why the search stopped.
-    pub stop_reason: String,
-    /// Rollouts the search counted.
-    pub rollouts: u64,
-    /// Screened task evaluations the search counted (exact first moves, no rollout).
-    #[serde(default)]
-    pub screened: u64,
-    /// Usable proposals the reflector made.
-    #[serde(default)]
-    pub proposals: u32,
-    /// Proposals screened out before any rollout.
-    #[serde(default)]
-    pub screened_out: u32,
-    /// Reflection tokens spent.
-    pub reflection_tokens: u64,
-    /// Wall time, seconds.
-    pub wall_s: f64,
-    /// The best candidate.
-    pub winner: u32,
-    /// Its descriptions (what `--export` writes).
-    pub winner_descriptions: Descriptions,
-    /// Its ancestry from the seed, with diagnoses.
-    pub lineage: Vec<Lineage>,
-    /// Seed vs winner on the held-out test split.
-    pub test: Comparison,
-    /// Every candidate.
-    pub candidates: Vec<CandidateSummary>,
-}
+use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
+use tooltune_optimizer::{CandidateId, Descriptions, Search};
+use tooltune_run::{Comparison, RunSummary, TaskDelta};
 
 /// Seed against another candidate on the same tasks: both metrics, exact McNemar on per-task success, paired
 /// permutation tests on selection and on `objective` (seeded, so the p-values are reproducible).
@@ -307,16 +181,6 @@ pub(crate) fn compare_held_out(
     })
 }
 
-fn origin_parts(o: &Origin) -> (String, Option<String>, Option<String>) {
-    match o {
-        Origin::Seed => ("seed".into(), None, None),
-        Origin::Reflection { tool, diagnosis } => {
-            ("reflection".into(), Some(tool.clone()), diagnosis.clone())
-        }
-        Origin::Merge { .. } => ("merge".into(), None, None),
-    }
-}
-
 pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary, DriverError> {
     let seed = search
         .candidate(CandidateId(0))
@@ -355,76 +219,37 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     .await?;
 
     let validation_tasks = search.validation_tasks().to_vec();
-    let mut candidates = Vec::new();
+    let mut validation = BTreeMap::new();
     for c in search.candidates() {
-        let validation = if c.validation_mean.is_none() {
-            None
-        } else if ctx.decisive() {
+        if c.validation_mean.is_none() {
+            continue;
+        }
+        let metrics = if ctx.decisive() {
             // Validated by screens: their figures, with no success rate (nothing was rolled out).
             let s = ctx.screens(&c.descriptions, &validation_tasks).await?;
             let ordered: Vec<_> = validation_tasks
                 .iter()
                 .filter_map(|t| s.get(t).cloned())
                 .collect();
-            Some(crate::screen_metrics(&ctx.facts(&ordered)?))
+            crate::screen_metrics(&ctx.facts(&ordered)?)
         } else {
             let r = ctx.results(&c.descriptions, &validation_tasks).await?;
-            Some(Metrics::from_rollouts(&ctx.facts(&r)?))
+            Metrics::from_rollouts(&ctx.facts(&r)?)
         };
-        let (origin, tool, diagnosis) = origin_parts(&c.origin);
-        let spec = ctx
-            .server_tools
-            .iter()
-            .find(|t| t.name == ctx.cfg.target)
-            .cloned()
-            .map(|mut t| {
-                t.description = c
-                    .descriptions
-                    .get(&ctx.cfg.target)
-                    .cloned()
-                    .unwrap_or_default();
-                t
-            });
-        candidates.push(CandidateSummary {
-            id: c.id.0,
-            parents: c.parents.iter().map(|p| p.0).collect(),
-            origin,
-            tool,
-            diagnosis,
-            status: format!("{:?}", c.status),
-            descriptions: c.descriptions.clone(),
-            validation_mean: c.validation_mean,
-            validation,
-            found_at_rollouts: c.found_at.as_ref().map(|p| p.rollouts),
-            found_at_seconds: c.found_at.as_ref().map(|p| p.elapsed_ms as f64 / 1000.0),
-            found_at_reflection_tokens: c.found_at.as_ref().map(|p| p.reflection_tokens),
-            inflation: spec.map(|s| inflation::measure(&s)).unwrap_or_else(|| {
-                inflation::measure_text("", &ctx.cfg.target, &serde_json::Value::Null)
-            }),
-        });
+        validation.insert(c.id.0, metrics);
     }
-    let mut lineage = Vec::new();
-    let mut cur = Some(best);
-    while let Some(c) = cur {
-        let (origin, tool, diagnosis) = origin_parts(&c.origin);
-        lineage.push(Lineage {
-            candidate: c.id.0,
-            origin,
-            tool,
-            diagnosis,
-            description: c
-                .descriptions
-                .get(&ctx.cfg.target)
-                .cloned()
-                .unwrap_or_default(),
-        });
-        cur = c.parents.first().and_then(|p| search.candidate(*p));
-    }
-    lineage.reverse();
+    let target = &ctx.cfg.target;
+    let schema = ctx
+        .server_tools
+        .iter()
+        .find(|t| &t.name == target)
+        .map(|t| &*t.input_schema);
+    let candidates = tooltune_run::candidate_summaries(search, target, schema, &validation);
+    let lineage = tooltune_run::lineage(search, best.id, target);
     ctx.emit(Event::Finished { best: best.id.0 }).await?;
     Ok(RunSummary {
         run_id: ctx.run_id.clone(),
-        objective: objective.as_str().to_string(),
+        objective,
         target: ctx.cfg.target.clone(),
         stop_reason: search
             .stopped()
