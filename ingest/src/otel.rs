@@ -746,32 +746,15 @@ struct LitePart {
     result: Option<Value>,
 }
 
-/// Which payloads of messages' parts a read keeps. A span's output is read whole, but its input history only for
-/// the task, the user's turns and (when no execute_tool span reports them) the tool results: the calls in it were
-/// read from the outputs before, so building their arguments again was wasted. Payloads not kept are still
-/// checked, so a history is accepted or rejected exactly as a whole read would.
-#[derive(Clone, Copy)]
-struct Keep {
-    arguments: bool,
-    results: bool,
-}
-
-impl Keep {
-    const ALL: Keep = Keep {
-        arguments: true,
-        results: true,
-    };
-}
-
-/// A messages text as `Vec<LiteMsg>`: read by the scanner, or by serde_json where the scanner gives up (which then
-/// names any error, and keeps every payload).
-fn decode_messages(text: &str, keep: Keep) -> serde_json::Result<Vec<LiteMsg>> {
-    fast::lite_messages(text, keep).or_else(|_| serde_json::from_str(text))
+/// A messages text as `Vec<LiteMsg>` (serde_json names any error). A scanner pass here, which skipped the payloads a
+/// history does not need, was removed: taking it out changed a 100k-trace ingest by less than its noise.
+fn decode_messages(text: &str) -> serde_json::Result<Vec<LiteMsg>> {
+    serde_json::from_str(text)
 }
 
 /// One message of a messages text, as [`decode_messages`] reads each.
-fn decode_message(text: &str, keep: Keep) -> serde_json::Result<LiteMsg> {
-    fast::lite_message_text(text, keep).or_else(|_| serde_json::from_str(text))
+fn decode_message(text: &str) -> serde_json::Result<LiteMsg> {
+    serde_json::from_str(text)
 }
 
 /// Decodes a messages attribute (`gen_ai.input.messages`, `gen_ai.output.messages`), recorded as a JSON string or
@@ -781,7 +764,7 @@ fn messages(rec: &SpanRec, key: &str) -> Result<Option<Vec<OMsg>>, RecordError> 
         return Ok(None);
     };
     let lite: Vec<LiteMsg> = match v.string_value {
-        Some(s) => decode_messages(&s.text(), Keep::ALL).map_err(|e| {
+        Some(s) => decode_messages(&s.text()).map_err(|e| {
             let what = match e.classify() {
                 serde_json::error::Category::Data => "does not follow the messages schema",
                 _ => "is not valid JSON",
@@ -871,8 +854,6 @@ fn omsg(rec: &SpanRec, key: &str, i: usize, n: usize, m: LiteMsg) -> Result<OMsg
 /// it shares with the previous span's input are not decoded again (equal text decodes to the same message);
 /// without this a trace of n turns decodes O(n^2) messages.
 struct History<'a> {
-    /// What the trace needs of its input messages.
-    keep: Keep,
     decoded: Vec<OMsg>,
     /// The previous input as written, and its messages as indices into `decoded`.
     previous: Option<(Str<'a>, Vec<usize>)>,
@@ -897,9 +878,8 @@ fn appended<'s>(prev: &str, cur: &'s str) -> Option<&'s str> {
 }
 
 impl<'a> History<'a> {
-    fn new(keep: Keep) -> Self {
+    fn new() -> Self {
         History {
-            keep,
             decoded: Vec::new(),
             previous: None,
             previous_text: None,
@@ -958,7 +938,7 @@ impl<'a> History<'a> {
             let idx = match prev_idx.and_then(|idx| idx.get(n)) {
                 Some(&idx) if same => idx,
                 _ => {
-                    let m = decode_message(r.get(), self.keep).map_err(|e| {
+                    let m = decode_message(r.get()).map_err(|e| {
                         rec.error(
                             &at(),
                             format!(
@@ -998,7 +978,7 @@ impl<'a> History<'a> {
             Ok(t) => format!("[{t}"),
             Err(_) => serde_json::from_str(&format!("\"[{tail}\"")).ok()?,
         };
-        let lite = decode_messages(&text, self.keep).ok()?;
+        let lite = decode_messages(&text).ok()?;
         let first = out.len();
         let mut new = Vec::with_capacity(lite.len());
         for (j, m) in lite.into_iter().enumerate() {
@@ -1108,11 +1088,7 @@ fn build<'a>(
     let mut users_seen = 0usize;
     let mut call_names: HashMap<String, String> = HashMap::new();
     let mut answered: HashSet<String> = HashSet::new();
-    // Tool results are read from the history only when no execute_tool span reports them (see below).
-    let mut history = History::new(Keep {
-        arguments: false,
-        results: !any_exec,
-    });
+    let mut history = History::new();
 
     for s in &spans {
         if s.is_inference() {
@@ -1451,82 +1427,6 @@ mod tests {
             let l = line(bad);
             assert!(fast::request(&l).is_err(), "{bad}");
             assert!(serde_json::from_str::<Request>(&l).is_err(), "{bad}");
-        }
-    }
-
-    /// Every messages attribute of the fixtures and samples, and odd shapes serde accepts, read by the scanner
-    /// as serde reads them; shapes it gives up on are left to serde.
-    #[test]
-    fn the_scanner_reads_messages_as_serde_does() {
-        let mut texts: Vec<String> = Vec::new();
-        for line in include_str!("../tests/fixtures/otel.jsonl")
-            .lines()
-            .chain(include_str!("../samples/otel.jsonl").lines())
-            .filter(|l| !l.trim().is_empty())
-        {
-            let r: Request = serde_json::from_str(line).expect("valid");
-            for rs in &r.resource_spans {
-                for ss in &rs.scope_spans {
-                    for sp in &ss.spans {
-                        for kv in &sp.attributes {
-                            if kv.key.raw().ends_with(".messages")
-                                && let Some(s) = kv.value.string_value
-                            {
-                                texts.push(s.text().into_owned());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        assert!(texts.len() >= 10, "{}", texts.len());
-        texts.extend(
-            [
-                r#"[{"role":null,"parts":null,"content":null,"tool_calls":null,"tool_call_id":null}]"#,
-                r#"[{"role":"tool","tool_call_id":"c\u00e9","content":[{"type":"text","text":"x"}],"extra":{"a":[1,2.5e3]}}]"#,
-                r#" [ {"parts":[{"type":"tool_call","id":"1","name":"f","arguments":{"q":"a\"b","n":-0.0}},{"type":"tool_call_response","response":null,"result":"ok"},{"type":"text","content":7}]} ] "#,
-                "[]",
-            ]
-            .map(String::from),
-        );
-        for t in &texts {
-            let fast = fast::lite_messages(t, Keep::ALL)
-                .unwrap_or_else(|_| panic!("the scanner gave up on {t}"));
-            let mut serde: Vec<LiteMsg> = serde_json::from_str(t).expect("valid");
-            assert_eq!(fast, serde, "{t}");
-            // Read for what a history is used for: the same, without the payloads not kept.
-            let history = Keep {
-                arguments: false,
-                results: false,
-            };
-            for p in serde.iter_mut().flat_map(|m| m.parts.iter_mut().flatten()) {
-                (p.arguments, p.response, p.result) = (None, None, None);
-            }
-            assert_eq!(fast::lite_messages(t, history).expect("read"), serde, "{t}");
-            // Each message alone, as a whole read of a history decodes the ones it has not seen.
-            let raw: Vec<&RawValue> = serde_json::from_str(t).expect("valid");
-            for r in raw {
-                let one = fast::lite_message_text(r.get(), Keep::ALL).expect("a message");
-                let serde: LiteMsg = serde_json::from_str(r.get()).expect("valid");
-                assert_eq!(one, serde, "{}", r.get());
-            }
-        }
-        // Given up on, for serde to read (or reject): a repeated field, a wrong type, a message written as an array.
-        for t in [
-            r#"[{"role":"a","role":"b"}]"#,
-            r#"[{"role":5}]"#,
-            r#"[["user"]]"#,
-            r#"[{"parts":[{"id":1}]}]"#,
-            r#"[{"parts":[{"arguments":1,"arguments":2}]}]"#,
-            r#"[{"parts":[{"type":"tool_call","name":"f","arguments":{"a":1,}}]}]"#,
-            r#"[{"parts":[{"response":"\ud800"}]}]"#,
-        ] {
-            assert!(fast::lite_messages(t, Keep::ALL).is_err(), "{t}");
-            let history = Keep {
-                arguments: false,
-                results: false,
-            };
-            assert!(fast::lite_messages(t, history).is_err(), "{t}");
         }
     }
 

@@ -8,8 +8,8 @@
 //! with serde, which reads it or names its error as it always has.
 
 use super::{
-    AnyValue, ArrayValue, Keep, KeyValue, KvList, LiteMsg, LitePart, Request, Resource,
-    ResourceSpans, ScopeSpans, Span, Status, Str,
+    AnyValue, ArrayValue, KeyValue, KvList, Request, Resource, ResourceSpans, ScopeSpans, Span,
+    Status, Str,
 };
 use crate::scan::{Reject, Scan, list, once, opt};
 
@@ -335,92 +335,4 @@ fn any_value<'a>(
         Ok(())
     })?;
     Ok((v, long))
-}
-
-/// A `gen_ai.*.messages` text (the attribute's string, unescaped) as `Vec<LiteMsg>`'s derived `Deserialize` reads
-/// it, or gives up: serde_json then reads it, and names any error. A repeated field, which serde rejects, is given
-/// up on; `null` is `None` for every field, as for serde's `Option`s.
-pub(super) fn lite_messages(text: &str, keep: Keep) -> Result<Vec<LiteMsg>, Reject> {
-    let mut s = Scan::new(text);
-    let messages = list(&mut s, |s| lite_message(s, keep))?;
-    s.end()?;
-    Ok(messages)
-}
-
-/// One message of such a text, alone.
-pub(super) fn lite_message_text(text: &str, keep: Keep) -> Result<LiteMsg, Reject> {
-    let mut s = Scan::new(text);
-    let message = lite_message(&mut s, keep)?;
-    s.end()?;
-    Ok(message)
-}
-
-fn lite_message(s: &mut Scan<'_>, keep: Keep) -> Result<LiteMsg, Reject> {
-    let (mut role, mut parts, mut content, mut tool_calls, mut tool_call_id) =
-        (None, None, None, None, None);
-    s.object(|s, key| match key {
-        "role" => once(&mut role, opt(s, owned_string)?),
-        "parts" => once(&mut parts, opt(s, |s| list(s, |s| lite_part(s, keep)))?),
-        "content" => once(&mut content, opt(s, value)?),
-        "tool_calls" => once(&mut tool_calls, opt(s, value)?),
-        "tool_call_id" => once(&mut tool_call_id, opt(s, owned_string)?),
-        _ => s.value().map(drop),
-    })?;
-    Ok(LiteMsg {
-        role: role.flatten(),
-        parts: parts.flatten(),
-        content: content.flatten(),
-        tool_calls: tool_calls.flatten(),
-        tool_call_id: tool_call_id.flatten(),
-    })
-}
-
-fn lite_part(s: &mut Scan<'_>, keep: Keep) -> Result<LitePart, Reject> {
-    let (mut kind, mut content, mut id, mut name) = (None, None, None, None);
-    let (mut arguments, mut response, mut result) = (None, None, None);
-    s.object(|s, key| match key {
-        "type" => once(&mut kind, opt(s, owned_string)?),
-        "content" => once(&mut content, opt(s, value)?),
-        "id" => once(&mut id, opt(s, owned_string)?),
-        "name" => once(&mut name, opt(s, owned_string)?),
-        "arguments" => once(&mut arguments, payload(s, keep.arguments)?),
-        "response" => once(&mut response, payload(s, keep.results)?),
-        "result" => once(&mut result, payload(s, keep.results)?),
-        _ => s.value().map(drop),
-    })?;
-    Ok(LitePart {
-        kind: kind.flatten(),
-        content: content.flatten(),
-        id: id.flatten(),
-        name: name.flatten(),
-        arguments: arguments.flatten(),
-        response: response.flatten(),
-        result: result.flatten(),
-    })
-}
-
-/// A part's payload as a `Value`, or, where the reader has no use for it (see [`Keep`]), only checked: `None`.
-/// Both accept exactly what serde accepts for an `Option<Value>`.
-fn payload(s: &mut Scan<'_>, keep: bool) -> Result<Option<serde_json::Value>, Reject> {
-    if keep {
-        opt(s, value)
-    } else {
-        s.value().map(|_| None)
-    }
-}
-
-/// A `String` field; any other type is given up on (serde rejects it).
-fn owned_string(s: &mut Scan<'_>) -> Result<String, Reject> {
-    if s.peek()? != b'"' {
-        return Err(Reject);
-    }
-    Ok(s.str()?.into_owned())
-}
-
-/// A `Value` field: a string directly, anything else decoded by serde_json from the text the scanner checked.
-fn value(s: &mut Scan<'_>) -> Result<serde_json::Value, Reject> {
-    if s.peek()? == b'"' {
-        return Ok(serde_json::Value::String(s.str()?.into_owned()));
-    }
-    serde_json::from_str(s.value()?).map_err(|_| Reject)
 }
