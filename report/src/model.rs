@@ -8,12 +8,12 @@ use crate::verdict::{Verdict, VerdictInput, verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use tooltune_objectives::{InflationReport, Metrics, Rate};
+use tooltune_objectives::{InflationReport, Metrics, Objective, Rate};
 use tooltune_run::{
     CandidateSummary, Checkpoint, Comparison, Event, OriginKind, RunConfig, RunSummary, Status,
     TrialScore, candidate_key, validation_metrics,
 };
-use tooltune_store::{RolloutRow, RunRow};
+use tooltune_store::{RolloutRow, RunRow, RunStatus};
 
 /// What the store holds about one run.
 #[derive(Debug, Clone)]
@@ -217,12 +217,12 @@ pub struct ProposalRow {
 pub struct RunReport {
     /// Run id.
     pub run_id: String,
-    /// running | finished | failed | stopped.
-    pub status: String,
+    /// Where the run stands.
+    pub status: RunStatus,
     /// Whether the run has its final summary (winner and test split comparison).
     pub finished: bool,
     /// `success` or `selection`.
-    pub objective: String,
+    pub objective: Objective,
     /// The tool whose selection is measured.
     pub target: Option<String>,
     /// The suite file.
@@ -485,7 +485,7 @@ impl RunReport {
             let seed = by_id.get(&0)?;
             let win = by_id.get(&s.winner)?;
             Some(verdict(VerdictInput {
-                objective: s.objective.as_str(),
+                objective: s.objective,
                 target: &s.target,
                 winner_is_seed: s.winner == 0,
                 seed: &seed.inflation,
@@ -515,12 +515,12 @@ impl RunReport {
         }
         RunReport {
             run_id: row.id.clone(),
-            status: row.status.clone(),
+            status: row.status,
             finished: summary.is_some(),
             objective: summary
                 .as_ref()
-                .map(|s| s.objective.as_str().to_string())
-                .unwrap_or_else(|| row.objective.clone()),
+                .map(|s| s.objective)
+                .unwrap_or(row.objective),
             target,
             suite: row.suite.clone(),
             settings: config.as_ref().map(|c| Settings {

@@ -206,7 +206,7 @@ fn page(report: &Report) -> Page {
     let compare_headers = report
         .runs
         .iter()
-        .map(|r| format!("{} ({})", r.run_id, objective_label(&r.objective)))
+        .map(|r| format!("{} ({})", r.run_id, objective_label(r.objective)))
         .collect();
     let compare_rows = compare_rows(report);
     let tests = report.runs.iter().filter_map(test_group).collect();
@@ -216,13 +216,13 @@ fn page(report: &Report) -> Page {
         .map(|r| match &r.verdict {
             Some(v) => VerdictLine {
                 run_id: r.run_id.clone(),
-                objective: objective_label(&r.objective).to_string(),
+                objective: objective_label(r.objective).to_string(),
                 sentence: v.sentence.clone(),
                 class: verdict_class(v.outcome),
             },
             None => VerdictLine {
                 run_id: r.run_id.clone(),
-                objective: objective_label(&r.objective).to_string(),
+                objective: objective_label(r.objective).to_string(),
                 sentence: format!(
                     "This run is unfinished (status: {}), so it has no winner yet and no verdict.",
                     r.status
@@ -324,7 +324,7 @@ fn compare_rows(report: &Report) -> Vec<CompareRow> {
     vec![
         row("status", &|r| {
             if r.finished {
-                r.status.clone()
+                r.status.to_string()
             } else {
                 format!("{} (unfinished)", r.status)
             }
@@ -420,7 +420,7 @@ fn test_group(r: &RunReport) -> Option<TestGroup> {
     let winner = r.winner?;
     Some(TestGroup {
         run_id: r.run_id.clone(),
-        objective: objective_label(&r.objective).to_string(),
+        objective: objective_label(r.objective).to_string(),
         tasks: t.winner.tasks,
         rolled_out: t.winner.rollouts,
         seed: side(&t.seed),
@@ -520,7 +520,7 @@ fn chart(r: &RunReport, x_max: u64) -> String {
             title: format!(
                 "{} — optimised for {}{}",
                 r.run_id,
-                objective_label(&r.objective),
+                objective_label(r.objective),
                 if r.finished { "" } else { " (unfinished)" }
             ),
             x_label: "rollouts spent".to_string(),
@@ -542,11 +542,11 @@ fn chart(r: &RunReport, x_max: u64) -> String {
 fn run_view(r: &RunReport, common_x: u64) -> RunView {
     let mut facts: Vec<(String, String)> = Vec::new();
     let mut fact = |k: &str, v: String| facts.push((k.to_string(), v));
-    fact("objective", objective_label(&r.objective).to_string());
+    fact("objective", objective_label(r.objective).to_string());
     fact(
         "status",
         if r.finished {
-            r.status.clone()
+            r.status.to_string()
         } else {
             format!("{} (unfinished)", r.status)
         },
@@ -648,8 +648,8 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
                 .collect::<String>()
         ),
-        objective: objective_label(&r.objective).to_string(),
-        status: r.status.clone(),
+        objective: objective_label(r.objective).to_string(),
+        status: r.status.to_string(),
         finished: r.finished,
         target: r.target.clone().unwrap_or_default(),
         facts,

@@ -2,7 +2,7 @@
 //! in one plain sentence. The report never states an outcome that is not computed here.
 
 use serde::Serialize;
-use tooltune_objectives::{InflationReport, Rate};
+use tooltune_objectives::{InflationReport, Objective, Rate};
 
 /// What happened to the description between the seed and the winner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,7 +56,7 @@ pub struct Verdict {
 #[derive(Debug, Clone, Copy)]
 pub struct VerdictInput<'a> {
     /// The run's objective name (`success` or `selection`).
-    pub objective: &'a str,
+    pub objective: Objective,
     /// The tool under study.
     pub target: &'a str,
     /// Whether the winner is the seed candidate.
@@ -76,11 +76,11 @@ pub struct VerdictInput<'a> {
 }
 
 /// The objective in words.
-pub fn objective_label(objective: &str) -> &str {
+pub fn objective_label(objective: Objective) -> &'static str {
     match objective {
-        "success" => "task success",
-        "selection" => "selection rate",
-        other => other,
+        Objective::TaskSuccess => "task success",
+        Objective::SelectionRate => "selection rate",
+        Objective::Routing => "routing",
     }
 }
 
@@ -261,7 +261,7 @@ mod tests {
     }
 
     fn input<'a>(
-        objective: &'a str,
+        objective: Objective,
         seed: &'a InflationReport,
         winner: &'a InflationReport,
         off: (&'a Rate, &'a Rate),
@@ -301,7 +301,7 @@ mod tests {
              thousands of engineers.",
         );
         let (a, b) = (Rate::wilson(1, 10), Rate::wilson(9, 10));
-        let v = verdict(input("selection", &seed, &winner, (&a, &b)));
+        let v = verdict(input(Objective::SelectionRate, &seed, &winner, (&a, &b)));
         assert_eq!(v.outcome, Outcome::Inflated);
         assert!(v.inflated);
         assert!(
@@ -324,7 +324,7 @@ mod tests {
         let seed = m(SEED);
         let winner = m("Search internal engineering docs.");
         let (a, b) = (Rate::wilson(2, 5), Rate::wilson(1, 5));
-        let v = verdict(input("selection", &seed, &winner, (&a, &b)));
+        let v = verdict(input(Objective::SelectionRate, &seed, &winner, (&a, &b)));
         assert_eq!(v.outcome, Outcome::NotInflated);
         assert!(!v.inflated);
         assert_eq!(
@@ -343,7 +343,12 @@ mod tests {
             "Search the company's internal engineering documentation: handbook, SDK and HTTP API references, runbooks.",
         );
         let none = Rate::wilson(0, 0);
-        let v = verdict(input("success", &seed, &winner, (&none, &none)));
+        let v = verdict(input(
+            Objective::TaskSuccess,
+            &seed,
+            &winner,
+            (&none, &none),
+        ));
         assert_eq!(v.outcome, Outcome::LongerOnly);
         assert!(v.sentence.contains("grew longer"), "{}", v.sentence);
         assert!(v.sentence.contains("did not inflate"), "{}", v.sentence);
@@ -360,7 +365,7 @@ mod tests {
         let r = Rate::wilson(1, 2);
         let v = verdict(VerdictInput {
             winner_is_seed: true,
-            ..input("selection", &seed, &seed, (&r, &r))
+            ..input(Objective::SelectionRate, &seed, &seed, (&r, &r))
         });
         assert_eq!(v.outcome, Outcome::KeptSeed);
         assert!(v.sentence.contains("did not inflate"), "{}", v.sentence);

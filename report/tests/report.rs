@@ -129,7 +129,7 @@ async fn finished_run(
             id,
             "optimize",
             Some("datasets/suites/contractor.toml"),
-            objective.as_str(),
+            objective,
             &serde_json::to_string(&cfg).expect("config"),
         )
         .await
@@ -310,7 +310,7 @@ async fn finished_run(
     store
         .finish_run(
             id,
-            "finished",
+            tooltune_store::RunStatus::Finished,
             Some(&serde_json::to_string(&summary).expect("summary")),
             None,
         )
@@ -327,7 +327,7 @@ async fn running_run(store: &Store, id: &str) {
             id,
             "optimize",
             None,
-            "selection",
+            Objective::SelectionRate,
             &serde_json::to_string(&cfg).expect("config"),
         )
         .await
@@ -407,7 +407,7 @@ async fn running_run(store: &Store, id: &str) {
             id,
             &serde_json::to_string(&search).expect("state"),
             12_000,
-            "running",
+            tooltune_store::RunStatus::Running,
         )
         .await
         .expect("checkpoint");
@@ -698,7 +698,7 @@ async fn unknown_runs_and_no_runs_are_errors() {
     assert!(Report::load(&store, &[]).await.is_err());
     // A batch run from traces has no search to chart: refused by name and kind, not drawn as an empty run.
     store
-        .create_run("ft-1", "from-traces", None, "success", "{}")
+        .create_run("ft-1", "from-traces", None, Objective::TaskSuccess, "{}")
         .await
         .expect("create run");
     let err = Report::load(&store, &["ft-1".to_string()])

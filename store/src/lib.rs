@@ -22,7 +22,7 @@ pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, Skipp
 pub use jobs::{JobQueue, JobResult, JobSuite, WorkerRow};
 pub use labels::{Failing, Label, LabelSource, LabelUse, NewLabel, Tally, ToLabel, VerdictCounts};
 pub use proxy::{NewProxySession, ProxyCall, SessionFacts, VariantToolCounts};
-pub use runs::{RolloutRow, RunRow};
+pub use runs::{RolloutRow, RunRow, RunStatus};
 pub use stats::ToolStats;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
@@ -89,6 +89,16 @@ pub enum StoreError {
         /// What the store was doing.
         doing: &'static str,
         /// SQLite's message and code.
+        message: String,
+    },
+    /// A stored run's row holds a status or objective this version does not know.
+    #[error(
+        "stored run {id} is unreadable: {message}; it was written by another version of tooltune or edited by hand"
+    )]
+    CorruptRun {
+        /// The run id.
+        id: String,
+        /// What is wrong with its row.
         message: String,
     },
     /// A stored row could not be turned back into a trajectory.

@@ -5,6 +5,55 @@
 use crate::{Store, StoreError, q};
 use serde::Serialize;
 use sqlx::Row;
+use tooltune_objectives::Objective;
+
+/// Where a run stands, as its row stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Being driven, or stopped by a crash without a word (its lease then runs out and it can be resumed).
+    Running,
+    /// Ended with its summary.
+    Finished,
+    /// Ended by an error (`RunRow::error` says which).
+    Failed,
+    /// Stopped on request (stop file, Ctrl-C, the API); it can be resumed.
+    Stopped,
+}
+
+impl RunStatus {
+    /// The word the store and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+            RunStatus::Stopped => "stopped",
+        }
+    }
+
+    /// Reads the stored word.
+    pub fn parse(word: &str) -> Option<RunStatus> {
+        Some(match word {
+            "running" => RunStatus::Running,
+            "finished" => RunStatus::Finished,
+            "failed" => RunStatus::Failed,
+            "stopped" => RunStatus::Stopped,
+            _ => return None,
+        })
+    }
+
+    /// Whether the run has ended (for now: a stopped run can be resumed).
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A stored run.
 #[derive(Debug, Clone, Serialize)]
@@ -15,12 +64,12 @@ pub struct RunRow {
     pub kind: String,
     /// The suite file, when there is one.
     pub suite: Option<String>,
-    /// The objective name.
-    pub objective: String,
+    /// What the run optimises.
+    pub objective: Objective,
     /// JSON configuration.
     pub config: String,
-    /// running | finished | failed | stopped.
-    pub status: String,
+    /// Where it stands.
+    pub status: RunStatus,
     /// JSON checkpoint of the search.
     pub state: Option<String>,
     /// Wall time spent so far, over all sessions of the run.
@@ -54,21 +103,36 @@ pub(crate) fn now() -> String {
 
 const RUN_COLS: &str = "id, kind, suite, objective, config, status, state, elapsed_ms, result, error, created_at, updated_at";
 
-fn run_row(r: &sqlx::any::AnyRow) -> RunRow {
-    RunRow {
+fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
+    let id: String = r.get(0);
+    let corrupt = |message: String| StoreError::CorruptRun {
+        id: id.clone(),
+        message,
+    };
+    let objective: String = r.get(3);
+    let objective = objective
+        .parse::<Objective>()
+        .map_err(|e| corrupt(format!("column `objective`: {e}")))?;
+    let status: String = r.get(5);
+    let status = RunStatus::parse(&status).ok_or_else(|| {
+        corrupt(format!(
+            "column `status` is {status:?}, not running, finished, failed or stopped"
+        ))
+    })?;
+    Ok(RunRow {
         id: r.get(0),
         kind: r.get(1),
         suite: r.get(2),
-        objective: r.get(3),
+        objective,
         config: r.get(4),
-        status: r.get(5),
+        status,
         state: r.get(6),
         elapsed_ms: r.get(7),
         result: r.get(8),
         error: r.get(9),
         created_at: r.get(10),
         updated_at: r.get(11),
-    }
+    })
 }
 
 impl Store {
@@ -78,7 +142,7 @@ impl Store {
         id: &str,
         kind: &str,
         suite: Option<&str>,
-        objective: &str,
+        objective: Objective,
         config: &str,
     ) -> Result<(), StoreError> {
         let t = now();
@@ -89,7 +153,7 @@ impl Store {
         .bind(id)
         .bind(kind)
         .bind(suite)
-        .bind(objective)
+        .bind(objective.as_str())
         .bind(config)
         .bind(t.as_str())
         .execute(self.pool())
@@ -104,14 +168,14 @@ impl Store {
         id: &str,
         state: &str,
         elapsed_ms: i64,
-        status: &str,
+        status: RunStatus,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE runs SET state = $1, elapsed_ms = $2, status = $3, updated_at = $4 WHERE id = $5",
         )
         .bind(state)
         .bind(elapsed_ms)
-        .bind(status)
+        .bind(status.as_str())
         .bind(now())
         .bind(id)
         .execute(self.pool())
@@ -124,14 +188,14 @@ impl Store {
     pub async fn finish_run(
         &self,
         id: &str,
-        status: &str,
+        status: RunStatus,
         result: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE runs SET status = $1, result = $2, error = $3, updated_at = $4 WHERE id = $5",
         )
-        .bind(status)
+        .bind(status.as_str())
         .bind(result)
         .bind(error)
         .bind(now())
@@ -233,7 +297,7 @@ impl Store {
             .fetch_optional(self.pool())
             .await
             .map_err(q("loading a run"))?;
-        Ok(row.as_ref().map(run_row))
+        row.as_ref().map(run_row).transpose()
     }
 
     /// Runs, newest first.
@@ -245,7 +309,7 @@ impl Store {
         .fetch_all(self.pool())
         .await
         .map_err(q("listing runs"))?;
-        Ok(rows.iter().map(run_row).collect())
+        rows.iter().map(run_row).collect()
     }
 
     /// Stores one rollout's result; a result already stored under the same key is kept (the first one wins, so
@@ -407,5 +471,55 @@ impl Store {
         .await
         .map_err(q("loading events"))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_run_reads_back_its_status_and_objective_and_an_unknown_status_is_named() {
+        for s in [
+            RunStatus::Running,
+            RunStatus::Finished,
+            RunStatus::Failed,
+            RunStatus::Stopped,
+        ] {
+            assert_eq!(RunStatus::parse(s.as_str()), Some(s));
+            assert_eq!(s.is_terminal(), s != RunStatus::Running);
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path().join("r.db").to_str().expect("utf-8"))
+            .await
+            .expect("open");
+        store
+            .create_run("r1", "optimize", None, Objective::Routing, "{}")
+            .await
+            .expect("create");
+        let row = store.run("r1").await.expect("read").expect("stored");
+        assert_eq!(
+            (row.status, row.objective),
+            (RunStatus::Running, Objective::Routing)
+        );
+        store
+            .finish_run("r1", RunStatus::Stopped, None, None)
+            .await
+            .expect("finish");
+        assert_eq!(
+            store.run("r1").await.expect("read").expect("stored").status,
+            RunStatus::Stopped
+        );
+        // A row another version wrote with a status this one does not know: an error naming the run and the value.
+        sqlx::query("UPDATE runs SET status = 'paused' WHERE id = 'r1'")
+            .execute(store.pool())
+            .await
+            .expect("update");
+        let e = store.run("r1").await.expect_err("unknown status");
+        assert!(
+            e.to_string().contains("stored run r1 is unreadable")
+                && e.to_string().contains("\"paused\""),
+            "{e}"
+        );
     }
 }

@@ -420,9 +420,15 @@ async fn postgres_insert_keeps_run_links() {
 async fn a_runs_rollouts_come_with_their_candidate_keys(db: TestDb) {
     let s = &db.store;
     for run in ["run-a", "run-b"] {
-        s.create_run(run, "optimize", None, "success", "{}")
-            .await
-            .expect("create run");
+        s.create_run(
+            run,
+            "optimize",
+            None,
+            tooltune_objectives::Objective::TaskSuccess,
+            "{}",
+        )
+        .await
+        .expect("create run");
     }
     let rows = [
         ("run-a", "cand-2", "t1", 0, Some("traj-1")),
@@ -478,9 +484,15 @@ async fn postgres_a_runs_rollouts_come_with_their_candidate_keys() {
 async fn run_lease_has_one_holder(db: TestDb) {
     use std::time::Duration;
     let s = &db.store;
-    s.create_run("run-l", "optimize", None, "success", "{}")
-        .await
-        .expect("create run");
+    s.create_run(
+        "run-l",
+        "optimize",
+        None,
+        tooltune_objectives::Objective::TaskSuccess,
+        "{}",
+    )
+    .await
+    .expect("create run");
     let long = Duration::from_secs(60);
     assert_eq!(
         s.lease_run("run-l", "a", long).await.expect("lease"),

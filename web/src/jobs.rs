@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Semaphore, watch};
 use tooltune_driver::{Event, Models, RunConfig, StopSignal};
 use tooltune_llm::ChatModel;
-use tooltune_store::Store;
+use tooltune_store::{RunStatus, Store};
 
 /// Where a job of this process stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Jobs {
                 &id,
                 "optimize",
                 Some(&cfg.suite.display().to_string()),
-                cfg.objective.as_str(),
+                cfg.objective,
                 &config,
             )
             .await?;
@@ -120,7 +120,7 @@ impl Jobs {
         for row in rows {
             // Only optimisation runs are jobs; a batch `from-traces` run is one short command, not resumable here.
             if row.kind == "optimize"
-                && row.status == "running"
+                && row.status == RunStatus::Running
                 && !self.active().contains_key(&row.id)
             {
                 self.spawn(row.id.clone());
@@ -172,7 +172,12 @@ impl Jobs {
             // Stopped while queued: nothing was spent, so there is nothing to report on either. If the store
             // refuses the status, the run stays `running` and is queued again at the next start; say so.
             if let Err(e) = store
-                .finish_run(id, "stopped", None, Some("stopped before it started"))
+                .finish_run(
+                    id,
+                    RunStatus::Stopped,
+                    None,
+                    Some("stopped before it started"),
+                )
                 .await
             {
                 tracing::error!(
@@ -208,9 +213,9 @@ impl Jobs {
             // The driver records failures of the search itself; failures before it began (the models, the suite,
             // the server's start) would leave the run `running` and resumed again at every start.
             match store.run(id).await {
-                Ok(Some(row)) if row.status == "running" => {
+                Ok(Some(row)) if row.status == RunStatus::Running => {
                     if let Err(store_error) = store
-                        .finish_run(id, "failed", None, Some(&e.to_string()))
+                        .finish_run(id, RunStatus::Failed, None, Some(&e.to_string()))
                         .await
                     {
                         tracing::error!(

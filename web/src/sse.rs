@@ -42,10 +42,6 @@ struct Cursor {
     done: bool,
 }
 
-fn terminal(status: &str) -> bool {
-    matches!(status, "finished" | "failed" | "stopped")
-}
-
 impl Cursor {
     /// Moves new stored events into `pending`. Returns whether there were any.
     async fn fetch(&mut self) -> Result<bool, WebError> {
@@ -99,7 +95,7 @@ impl Cursor {
             .await?
             .ok_or_else(|| WebError::NotFound(format!("run `{}`", self.id)))?;
         let ours = self.state.jobs.state(&self.id).is_some();
-        if terminal(&row.status) && !ours {
+        if row.status.is_terminal() && !ours {
             // The driver stores its last event before the final status: one more look catches it.
             self.fetch().await?;
             self.pending.push_back(

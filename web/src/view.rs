@@ -7,7 +7,7 @@ use crate::{AppState, WebError};
 use serde::Serialize;
 use tooltune_objectives::stats::Rate;
 use tooltune_run::{Checkpoint, Event, Progress, RunConfig, RunSummary, validation_metrics};
-use tooltune_store::RunRow;
+use tooltune_store::{RunRow, RunStatus};
 
 /// A run in a list.
 #[derive(Debug, Clone, Serialize)]
@@ -89,14 +89,14 @@ fn config_of(row: &RunRow) -> Option<RunConfig> {
 pub(crate) fn brief(row: &RunRow, jobs: &Jobs) -> RunBrief {
     let cfg = config_of(row);
     let job = jobs.state(&row.id);
-    let status = match (row.status.as_str(), job) {
-        ("running", Some(j)) => j.as_str().to_string(),
+    let status = match (row.status, job) {
+        (RunStatus::Running, Some(j)) => j.as_str().to_string(),
         (s, _) => s.to_string(),
     };
     RunBrief {
         id: row.id.clone(),
         suite: row.suite.as_deref().map(suite_name),
-        objective: row.objective.clone(),
+        objective: row.objective.to_string(),
         status,
         in_this_server: matches!(job, Some(JobState::Queued | JobState::Running)),
         target: cfg.as_ref().map(|c| c.target.clone()),

@@ -109,7 +109,7 @@ pub async fn from_traces(
                 .as_ref()
                 .map(|s| s.display().to_string())
                 .as_deref(),
-            cfg.objective.as_str(),
+            cfg.objective,
             &serde_json::to_string(&cfg).unwrap_or_default(),
         )
         .await?;
@@ -119,7 +119,7 @@ pub async fn from_traces(
             store
                 .finish_run(
                     &run_id,
-                    "finished",
+                    tooltune_store::RunStatus::Finished,
                     Some(&serde_json::to_string(summary).unwrap_or_default()),
                     None,
                 )
@@ -128,7 +128,12 @@ pub async fn from_traces(
         Err(e) => {
             // The run's own error is what the caller can act on; `?` here would replace it with the store's.
             if let Err(store_error) = store
-                .finish_run(&run_id, "failed", None, Some(&e.to_string()))
+                .finish_run(
+                    &run_id,
+                    tooltune_store::RunStatus::Failed,
+                    None,
+                    Some(&e.to_string()),
+                )
                 .await
             {
                 tracing::error!(

@@ -39,7 +39,7 @@ use tooltune_llm::ChatModel;
 use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
 use tooltune_optimizer::{Action, Config, Descriptions, Observation, Scores, Search};
 use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
-use tooltune_store::Store;
+use tooltune_store::{RunStatus, Store};
 // This machine's name, to tell our own processes from other machines' in a shared store (the name workers report
 // under too).
 use lease::Lease;
@@ -302,7 +302,7 @@ pub async fn start(
             &run_id,
             "optimize",
             Some(&cfg.suite.display().to_string()),
-            cfg.objective.as_str(),
+            cfg.objective,
             &serde_json::to_string(&cfg).unwrap_or_default(),
         )
         .await?;
@@ -506,9 +506,9 @@ async fn drive_leased(
         Ok(summary) => {
             let status = if search.stopped() == Some(tooltune_optimizer::StopReason::StopRequested)
             {
-                "stopped"
+                RunStatus::Stopped
             } else {
-                "finished"
+                RunStatus::Finished
             };
             store
                 .finish_run(
@@ -530,9 +530,9 @@ async fn drive_leased(
                         run: run_id.to_string(),
                         message: w.to_string(),
                     },
-                    "stopped",
+                    RunStatus::Stopped,
                 ),
-                e => (e, "failed"),
+                e => (e, RunStatus::Failed),
             };
             if let Err(store_error) = store
                 .finish_run(run_id, status, None, Some(&e.to_string()))
@@ -570,7 +570,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                         &ctx.run_id,
                         &serde_json::to_string(&*search).unwrap_or_default(),
                         ctx.elapsed_ms() as i64,
-                        "running",
+                        RunStatus::Running,
                     )
                     .await?;
                 return Ok(());
@@ -658,7 +658,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 &ctx.run_id,
                 &serde_json::to_string(&*search).unwrap_or_default(),
                 ctx.elapsed_ms() as i64,
-                "running",
+                RunStatus::Running,
             )
             .await?;
     }

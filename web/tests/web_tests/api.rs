@@ -83,7 +83,13 @@ async fn check_api(db: &TestDb) {
 async fn check_run_of_another_process(t: TestServer) {
     let id = "run-elsewhere0";
     t.store
-        .create_run(id, "optimize", Some("elsewhere.toml"), "success", "{}")
+        .create_run(
+            id,
+            "optimize",
+            Some("elsewhere.toml"),
+            tooltune_objectives::Objective::TaskSuccess,
+            "{}",
+        )
         .await
         .expect("create run");
     t.store
