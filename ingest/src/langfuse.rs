@@ -1205,36 +1205,35 @@ mod tests {
     /// be stricter than serde, never looser, so a record reads the same whichever pass reads it.
     mod differential {
         use super::*;
-        use crate::mutate::differential;
+        use crate::mutate::{differential, lines};
         use proptest::prelude::*;
-
-        fn lines() -> Vec<&'static str> {
-            include_str!("../tests/fixtures/langfuse.jsonl")
-                .lines()
-                .chain(include_str!("../samples/langfuse.jsonl").lines())
-                .filter(|l| !l.trim().is_empty())
-                .collect()
-        }
 
         #[test]
         fn the_scanner_gives_up_or_builds_what_serde_builds() {
-            let (compared, tried) = differential(&lines(), 1000, |text| {
-                let Ok(fast) = fast::trace(text) else {
-                    return Ok(false);
-                };
-                let lean = serde_json::from_str::<Trace>(text);
-                prop_assert!(
-                    lean.is_ok(),
-                    "the scanner read what serde rejects: {}",
-                    text
-                );
-                let lean = lean.expect("checked");
-                prop_assert_eq!(
-                    format!("{:?}", convert(fast, 1)),
-                    format!("{:?}", convert(lean, 1))
-                );
-                Ok(true)
-            });
+            let (compared, tried) = differential(
+                &lines(&[
+                    include_str!("../tests/fixtures/langfuse.jsonl"),
+                    include_str!("../samples/langfuse.jsonl"),
+                ]),
+                1000,
+                |text| {
+                    let Ok(fast) = fast::trace(text) else {
+                        return Ok(false);
+                    };
+                    let lean = serde_json::from_str::<Trace>(text);
+                    prop_assert!(
+                        lean.is_ok(),
+                        "the scanner read what serde rejects: {}",
+                        text
+                    );
+                    let lean = lean.expect("checked");
+                    prop_assert_eq!(
+                        format!("{:?}", convert(fast, 1)),
+                        format!("{:?}", convert(lean, 1))
+                    );
+                    Ok(true)
+                },
+            );
             assert!(
                 compared * 5 >= tried,
                 "the scanner read only {compared} of {tried} damaged records"

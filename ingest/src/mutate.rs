@@ -63,6 +63,15 @@ pub(crate) fn apply(text: &str, edits: &[Edit]) -> String {
     chars.into_iter().collect()
 }
 
+/// The non-blank lines of JSON Lines texts (fixtures and samples, included in the test binary).
+pub(crate) fn lines(texts: &[&'static str]) -> Vec<&'static str> {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
 /// Runs `check` on every record whole, then on `cases` records damaged at random; `check` says whether it compared
 /// the two paths on a text (the fast path read it) or not (it gave up). Returns (compared, damaged texts tried), so
 /// that a caller can require a share of comparisons: a test whose damage the scanner always refused would

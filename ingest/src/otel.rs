@@ -1434,32 +1434,31 @@ mod tests {
     /// random: the scanner either gives up or decodes exactly what serde decodes from the same text (never looser).
     mod differential {
         use super::*;
-        use crate::mutate::differential;
+        use crate::mutate::{differential, lines};
         use proptest::prelude::*;
-
-        fn lines() -> Vec<&'static str> {
-            include_str!("../tests/fixtures/otel.jsonl")
-                .lines()
-                .chain(include_str!("../samples/otel.jsonl").lines())
-                .filter(|l| !l.trim().is_empty())
-                .collect()
-        }
 
         #[test]
         fn the_scanner_gives_up_or_decodes_what_serde_decodes() {
-            let (compared, tried) = differential(&lines(), 1000, |text| {
-                let Ok(fast) = fast::request(text) else {
-                    return Ok(false);
-                };
-                let serde = serde_json::from_str::<Request>(text);
-                prop_assert!(
-                    serde.is_ok(),
-                    "the scanner read what serde rejects: {}",
-                    text
-                );
-                prop_assert_eq!(outline(&fast), outline(&serde.expect("checked")));
-                Ok(true)
-            });
+            let (compared, tried) = differential(
+                &lines(&[
+                    include_str!("../tests/fixtures/otel.jsonl"),
+                    include_str!("../samples/otel.jsonl"),
+                ]),
+                1000,
+                |text| {
+                    let Ok(fast) = fast::request(text) else {
+                        return Ok(false);
+                    };
+                    let serde = serde_json::from_str::<Request>(text);
+                    prop_assert!(
+                        serde.is_ok(),
+                        "the scanner read what serde rejects: {}",
+                        text
+                    );
+                    prop_assert_eq!(outline(&fast), outline(&serde.expect("checked")));
+                    Ok(true)
+                },
+            );
             assert!(
                 compared * 5 >= tried,
                 "the scanner read only {compared} of {tried} damaged records"

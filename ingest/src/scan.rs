@@ -850,26 +850,18 @@ mod tests {
     /// the same byte; where serde_json finds none, the scanner finds none.
     mod differential {
         use super::*;
-        use crate::mutate::differential;
+        use crate::mutate::{differential, lines};
         use proptest::prelude::*;
         use serde::de::IgnoredAny;
 
-        fn records() -> Vec<&'static str> {
-            [
+        #[test]
+        fn a_value_the_scanner_delimits_is_the_value_serde_reads() {
+            let all = lines(&[
                 include_str!("../tests/fixtures/tooltune.jsonl"),
                 include_str!("../tests/fixtures/openai.jsonl"),
                 include_str!("../tests/fixtures/langfuse.jsonl"),
                 include_str!("../tests/fixtures/otel.jsonl"),
-            ]
-            .into_iter()
-            .flat_map(str::lines)
-            .filter(|l| !l.trim().is_empty())
-            .collect()
-        }
-
-        #[test]
-        fn a_value_the_scanner_delimits_is_the_value_serde_reads() {
-            let all = records();
+            ]);
             // Two records back to back, as in an array: the first value must end where serde's does.
             let pairs: Vec<String> = (0..all.len())
                 .map(|i| format!("{} , {}", all[i], all[(i * 7 + 3) % all.len()]))
