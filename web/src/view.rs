@@ -128,31 +128,29 @@ fn config_view(c: &RunConfig) -> ConfigView {
 }
 
 /// The evaluations among a run's events, in order.
-pub(crate) fn evaluations(events: &[(i64, String)]) -> Vec<EvalPoint> {
+pub(crate) fn evaluations(events: &[(i64, Event)]) -> Vec<EvalPoint> {
     events
         .iter()
-        .filter_map(
-            |(seq, text)| match serde_json::from_str::<Event>(text).ok()? {
-                Event::Evaluated {
-                    candidate,
-                    phase,
-                    mean,
-                    metrics,
-                    rollouts_spent,
-                    ..
-                } => Some(EvalPoint {
-                    seq: *seq,
-                    candidate,
-                    phase,
-                    rollouts_spent,
-                    mean,
-                    success: metrics.success,
-                    selection: metrics.selection,
-                    off_target: metrics.off_target,
-                }),
-                _ => None,
-            },
-        )
+        .filter_map(|(seq, e)| match e {
+            Event::Evaluated {
+                candidate,
+                phase,
+                mean,
+                metrics,
+                rollouts_spent,
+                ..
+            } => Some(EvalPoint {
+                seq: *seq,
+                candidate: *candidate,
+                phase: phase.clone(),
+                rollouts_spent: *rollouts_spent,
+                mean: *mean,
+                success: metrics.success,
+                selection: metrics.selection,
+                off_target: metrics.off_target,
+            }),
+            _ => None,
+        })
         .collect()
 }
 
@@ -174,23 +172,29 @@ pub(crate) async fn run_detail(state: &AppState, id: &str) -> Result<RunDetail, 
             .ok()
     });
     let events = state.store.events(id, -1).await?;
+    // Each stored event read once: the charts and the candidates' validation figures both come from them (an event
+    // another version wrote and this one cannot read is left out of both).
+    let parsed: Vec<(i64, Event)> = events
+        .iter()
+        .filter_map(|(seq, e)| Some((*seq, serde_json::from_str(e).ok()?)))
+        .collect();
     let config = config_of(&row);
     let target = config.as_ref().map_or("", |c| c.target.as_str());
+    // The dashboard measures scope claims against the schema itself (`pages::run_schemas`), so the candidates' own
+    // inflation figures here are measured against the tool's name only.
     let progress = search.as_ref().map(|s| {
-        let parsed: Vec<Event> = events
-            .iter()
-            .filter_map(|(_, e)| serde_json::from_str(e).ok())
-            .collect();
-        // The dashboard measures scope claims against the schema itself (`pages::run_schemas`), so the
-        // candidates' own inflation figures here are measured against the tool's name only.
-        s.progress(target, None, &validation_metrics(&parsed))
+        s.progress(
+            target,
+            None,
+            &validation_metrics(parsed.iter().map(|(_, e)| e)),
+        )
     });
     let detail = RunDetail {
         run: brief(&row, &state.jobs),
         config: config.as_ref().map(config_view),
         progress,
         result,
-        evaluations: evaluations(&events),
+        evaluations: evaluations(&parsed),
         events: events.len(),
         last_event: events
             .last()
