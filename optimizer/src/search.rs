@@ -530,6 +530,13 @@ impl Search {
         &self.validation
     }
 
+    /// The training tasks screened beside every minibatch ([`crate::Screening::sample`]), fixed at the start;
+    /// empty when proposals are screened on the validation split or the minibatch alone. The driver also shows
+    /// them to the reflector: their parent screens are made (and cached) for the gate anyway.
+    pub fn screen_sample(&self) -> &[TaskId] {
+        &self.screen_sample
+    }
+
     /// Every candidate made, in order of creation (index = id).
     pub fn candidates(&self) -> &[Candidate] {
         &self.candidates

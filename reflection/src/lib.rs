@@ -29,7 +29,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v4";
+pub const TEMPLATE_VERSION: &str = "reflect-v5";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,12 +55,36 @@ impl Goal {
     }
 }
 
+/// What the reflector is shown and asked for.
+///
+/// `Runs` shows a few whole runs (calls, results, answers, checks) and asks for a new description in free form.
+/// `Scope` shows many questions at a line each (whose they are and what the agent did first) and asks for a
+/// description that names the kinds of questions the tool is for. Why both: on the contractor suite the 1.5B
+/// reflector, shown three runs, mostly restated the seed ("Search the company's internal documentation for the
+/// information needed to answer the task"), while what moved the agent was a scope in general words ("Use this
+/// for weather forecasts, sports results ... anything public": off-target selection 15/23 -> 8/23, hand-written,
+/// issue 25). Naming what a list of questions have in common is a task a small model can do from a short prompt.
+/// The goal sentence is the same in both templates, so the two goals still differ in that sentence alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Style {
+    /// A few whole runs; `reflect.jinja`.
+    #[default]
+    Runs,
+    /// Many questions, one line each; `scope.jinja`.
+    Scope,
+}
+
 /// Knobs of one reflection. The defaults keep the prompt near 400-600 tokens for a 1.5B model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReflectionOptions {
-    /// Most runs shown.
+    /// Which template: whole runs or a list of questions.
+    pub style: Style,
+    /// Most runs shown ([`Style::Runs`]).
     pub max_examples: usize,
+    /// Most questions listed ([`Style::Scope`]): a line each, so many more fit than whole runs.
+    pub scope_examples: usize,
     /// How much of each run's text is shown.
     pub limits: Limits,
     /// Longest input schema shown, in characters.
@@ -83,7 +107,9 @@ pub struct ReflectionOptions {
 impl Default for ReflectionOptions {
     fn default() -> Self {
         ReflectionOptions {
+            style: Style::Runs,
             max_examples: 3,
+            scope_examples: 12,
             limits: Limits::default(),
             schema_chars: 300,
             max_description_chars: 400,
@@ -248,6 +274,12 @@ impl ReflectionRequest {
                 "is empty: reflection needs at least one evaluated run",
             ));
         }
+        if self.options.style == Style::Scope && self.options.scope_examples == 0 {
+            return Err(bad(
+                "options.scope_examples",
+                "is 0: no question could be listed",
+            ));
+        }
         if self.options.max_examples == 0 {
             return Err(bad("options.max_examples", "is 0: no run could be shown"));
         }
@@ -268,23 +300,21 @@ impl ReflectionRequest {
 
     /// The runs that will be shown and what of them: useful to inspect a prompt without a model.
     pub fn records(&self) -> Vec<RunRecord> {
-        dataset::select(
-            &self.examples,
-            &self.tool,
-            self.goal,
-            self.options.max_examples,
-        )
-        .into_iter()
-        .filter_map(|i| {
-            RunRecord::build(
-                &self.examples,
-                i,
-                &self.tool,
-                self.goal,
-                &self.options.limits,
-            )
-        })
-        .collect()
+        let (cap, limits) = match self.options.style {
+            Style::Runs => (self.options.max_examples, self.options.limits),
+            // One line a question: the task cut shorter, the rest of the run is not shown.
+            Style::Scope => (
+                self.options.scope_examples,
+                Limits {
+                    task_chars: self.options.limits.task_chars.min(160),
+                    ..self.options.limits
+                },
+            ),
+        };
+        dataset::select(&self.examples, &self.tool, self.goal, cap)
+            .into_iter()
+            .filter_map(|i| RunRecord::build(&self.examples, i, &self.tool, self.goal, &limits))
+            .collect()
     }
 
     /// Renders the prompt this request would send first.
@@ -304,6 +334,7 @@ fn render_with(
         current_description: &req.current_description,
         input_schema: &req.input_schema,
         goal: req.goal,
+        style: req.options.style,
         runs,
         max_chars: req.options.max_description_chars,
         schema_chars: req.options.schema_chars,
@@ -733,6 +764,8 @@ mod tests {
         for t in [
             include_str!("../templates/system.jinja"),
             include_str!("../templates/reflect.jinja"),
+            include_str!("../templates/scope.jinja"),
+            include_str!("../templates/goal.jinja"),
             include_str!("../templates/retry.jinja"),
             include_str!("../templates/describe.jinja"),
         ] {
@@ -743,8 +776,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v4",
-                "95ff361570a4f0ea50e7edeb56b607c626b1a35a27c9c9a8f69adbe49758c99f"
+                "reflect-v5",
+                "56667f13c8906a38dd1a0f10af7ec0d5dfd96b695a82628dde9f819dde7e73e5"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

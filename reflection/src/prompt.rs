@@ -11,7 +11,7 @@
 //! both goals); with `« »` the same prompt got a two-part answer that stopped by itself.
 
 use crate::dataset::{RunRecord, ShownTool};
-use crate::{Goal, ReflectionError};
+use crate::{Goal, ReflectionError, Style};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 use serde_json::Value;
@@ -19,6 +19,8 @@ use serde_json::Value;
 /// The templates, embedded so the binary needs no files at run time.
 const SYSTEM: &str = include_str!("../templates/system.jinja");
 const REFLECT: &str = include_str!("../templates/reflect.jinja");
+const SCOPE: &str = include_str!("../templates/scope.jinja");
+const GOAL: &str = include_str!("../templates/goal.jinja");
 const RETRY: &str = include_str!("../templates/retry.jinja");
 const DESCRIBE: &str = include_str!("../templates/describe.jinja");
 
@@ -81,6 +83,8 @@ fn environment() -> Result<Environment<'static>, ReflectionError> {
     for (name, src) in [
         ("system.jinja", SYSTEM),
         ("reflect.jinja", REFLECT),
+        ("scope.jinja", SCOPE),
+        ("goal.jinja", GOAL),
         ("retry.jinja", RETRY),
         ("describe.jinja", DESCRIBE),
         // The judge's templates share the environment (and so its escaping and strictness rules).
@@ -126,6 +130,8 @@ pub struct PromptInput<'a> {
     pub input_schema: &'a Value,
     /// The goal.
     pub goal: Goal,
+    /// Which template.
+    pub style: Style,
     /// The runs to show, already selected and cut.
     pub runs: &'a [RunRecord],
     /// The longest description the parser accepts (stated in the prompt).
@@ -177,7 +183,11 @@ pub fn render(input: &PromptInput<'_>) -> Result<RenderedPrompt, ReflectionError
     // The goal is a fixed word of ours and the template compares it; it must not be altered.
     escaped["goal"] = Value::String(input.goal.as_str().into());
     let system = render_one("system.jinja", &Value::Object(Default::default()))?;
-    let user = render_one("reflect.jinja", &escaped)?;
+    let template = match input.style {
+        Style::Runs => "reflect.jinja",
+        Style::Scope => "scope.jinja",
+    };
+    let user = render_one(template, &escaped)?;
     let echo_markers = echo_markers(&user, input.runs);
     Ok(RenderedPrompt {
         system,
@@ -296,6 +306,7 @@ mod tests {
             current_description: "Search the company's internal documentation.",
             input_schema: schema,
             goal,
+            style: Style::Runs,
             runs,
             max_chars: 400,
             schema_chars: 300,
@@ -376,6 +387,69 @@ mod tests {
                 "Goal: the agent should solve as many tasks as possible.",
                 "Goal: the agent should choose `search_docs` as often as possible."
             )]
+        );
+    }
+
+    #[test]
+    fn the_scope_prompt_lists_each_question_with_its_owner_and_first_move_and_differs_by_goal_sentence_only()
+     {
+        let schema = Value::Null;
+        let mut by_goal = Vec::new();
+        for goal in [Goal::TaskSuccess, Goal::Selection] {
+            let rs = records(goal, None);
+            let p = render(&PromptInput {
+                style: Style::Scope,
+                ..input(&rs, goal, &schema)
+            })
+            .expect("renders");
+            by_goal.push(p.user);
+        }
+        let u = &by_goal[0];
+        assert!(u.contains(
+            "1. «What is the retry policy of our internal billing SDK?» Belongs to: search_docs. The agent first called web_search."
+        ), "{u}");
+        assert!(u.contains(
+            "2. «Who won the latest football World Cup?» Belongs to: web_search. The agent first called search_docs."
+        ), "{u}");
+        // The run's results and answers are not shown: one line a question.
+        assert!(!u.contains("results of web_search"), "{u}");
+        assert!(u.contains("- web_search: «Search the web.»"));
+        assert!(u.ends_with("DESCRIPTION: <what search_docs does, then \"Use it for\" and the kinds of questions it is for, at most 400 characters>"), "{u}");
+        assert!(!u.contains("\n\n\n"), "no runs of blank lines");
+        blocks(u);
+        let diff: Vec<(&str, &str)> = by_goal[0]
+            .lines()
+            .zip(by_goal[1].lines())
+            .filter(|(x, y)| x != y)
+            .collect();
+        assert_eq!(
+            diff,
+            vec![(
+                "Goal: the agent should solve as many tasks as possible.",
+                "Goal: the agent should choose `search_docs` as often as possible."
+            )]
+        );
+        assert_eq!(by_goal[0].lines().count(), by_goal[1].lines().count());
+    }
+
+    #[test]
+    fn the_scope_prompt_says_nothing_of_an_owner_the_suite_does_not_name() {
+        let mut ex = vec![run("What time is it in Lima?", "web_search", None, true)];
+        ex[0].owner = None;
+        let rs: Vec<RunRecord> = vec![
+            RunRecord::build(&ex, 0, "search_docs", Goal::TaskSuccess, &Limits::default())
+                .expect("exists"),
+        ];
+        let p = render(&PromptInput {
+            style: Style::Scope,
+            ..input(&rs, Goal::TaskSuccess, &Value::Null)
+        })
+        .expect("renders");
+        assert!(
+            p.user
+                .contains("1. «What time is it in Lima?» The agent first answered without a tool."),
+            "{}",
+            p.user
         );
     }
 

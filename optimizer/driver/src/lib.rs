@@ -38,7 +38,9 @@ use tooltune_evaluator::{McpServer, Split, Suite};
 use tooltune_llm::ChatModel;
 use tooltune_objectives::{Metrics, Objective, RolloutFacts, per_task_scores};
 use tooltune_optimizer::{Action, Config, Descriptions, Observation, Scores, Search};
-use tooltune_reflection::{Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, reflect};
+use tooltune_reflection::{
+    Goal, ReflectionOptions, ReflectionRequest, ReflectiveExample, Style, reflect,
+};
 use tooltune_store::{RunStatus, Store};
 // This machine's name, to tell our own processes from other machines' in a shared store (the name workers report
 // under too).
@@ -611,8 +613,17 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                     .candidate(parent)
                     .map(|c| c.descriptions.clone())
                     .unwrap_or_default();
+                let evidence = search.screen_sample().to_vec();
                 let proposals = ctx
-                    .reflect_action(&parent_descriptions, parent.0, &tool, &current, &tasks, k)
+                    .reflect_action(
+                        &parent_descriptions,
+                        parent.0,
+                        &tool,
+                        &current,
+                        &tasks,
+                        &evidence,
+                        k,
+                    )
                     .await?;
                 let tokens: u64 = proposals.iter().map(|p| p.total_tokens()).sum();
                 if k <= 1 {

@@ -11,24 +11,10 @@ impl Ctx<'_> {
         parent_descriptions: &Descriptions,
         tasks: &[String],
     ) -> Result<Vec<ReflectiveExample>, DriverError> {
-        let mut examples = Vec::new();
         if self.decisive() {
-            let screens = self.screens(parent_descriptions, tasks).await?;
-            let shown = EvalCandidate {
-                descriptions: parent_descriptions.clone(),
-            }
-            .apply(&self.server_tools)
-            .map_err(DriverError::Eval)?;
-            for t in tasks {
-                let (Some(r), Some(task)) =
-                    (screens.get(t), self.suite.tasks.iter().find(|x| &x.id == t))
-                else {
-                    continue;
-                };
-                examples.extend(screen_example(r, &task.prompt, &shown));
-            }
-            return Ok(examples);
+            return self.screen_examples(parent_descriptions, tasks).await;
         }
+        let mut examples = Vec::new();
         let results = self.results(parent_descriptions, tasks).await?;
         for r in &results {
             let Some(id) = &r.trajectory_id else { continue };
@@ -46,6 +32,31 @@ impl Ctx<'_> {
                 success: r.success,
                 feedback: r.feedback.clone(),
             });
+        }
+        Ok(examples)
+    }
+
+    /// Each of `tasks` screened under `parent_descriptions` (exact first moves, from the cache when made before)
+    /// and written up as a one-step run.
+    async fn screen_examples(
+        &self,
+        parent_descriptions: &Descriptions,
+        tasks: &[String],
+    ) -> Result<Vec<ReflectiveExample>, DriverError> {
+        let screens = self.screens(parent_descriptions, tasks).await?;
+        let shown = EvalCandidate {
+            descriptions: parent_descriptions.clone(),
+        }
+        .apply(&self.server_tools)
+        .map_err(DriverError::Eval)?;
+        let mut examples = Vec::new();
+        for t in tasks {
+            let (Some(r), Some(task)) =
+                (screens.get(t), self.suite.tasks.iter().find(|x| &x.id == t))
+            else {
+                continue;
+            };
+            examples.extend(screen_example(r, &task.prompt, &shown));
         }
         Ok(examples)
     }
@@ -74,9 +85,12 @@ impl Ctx<'_> {
         Ok(proposals)
     }
 
-    /// Asks the reflector for `k` new descriptions of `tool` (the first greedy, the others sampled), decoded
-    /// together. Stored under (parent, tool, minibatch, k) before the search sees them, so a resumed run gets
-    /// the same proposals back.
+    /// Asks the reflector for `k` new descriptions of `tool`, decoded together. With `k > 1` they alternate
+    /// between the two styles of [`Style`]: even ones are shown whole runs of the minibatch, odd ones list the
+    /// minibatch and `evidence` (the search's screen sample) a question a line with the parent's screened first
+    /// move; the first of each style is greedy, the others sampled. Stored under (parent, tool, minibatch, k)
+    /// before the search sees them, so a resumed run gets the same proposals back.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn reflect_action(
         &self,
         parent_descriptions: &Descriptions,
@@ -84,13 +98,15 @@ impl Ctx<'_> {
         tool: &str,
         current: &str,
         tasks: &[String],
+        evidence: &[String],
         k: usize,
     ) -> Result<Vec<tooltune_reflection::Proposal>, DriverError> {
         let k = k.max(1);
+        // `s`: the styles alternate (a proposal stored before they did was all `Runs` and is not reused).
         let key = if k == 1 {
             format!("c{parent}:{tool}:{}", tasks.join(","))
         } else {
-            format!("c{parent}:{tool}:{}:k{k}", tasks.join(","))
+            format!("c{parent}:{tool}:{}:k{k}s", tasks.join(","))
         };
         if let Some(stored) = self.store.proposal(&self.run_id, &key).await? {
             let corrupt = |e: serde_json::Error| DriverError::Corrupt {
@@ -110,6 +126,15 @@ impl Ctx<'_> {
         })
         .await?;
         let examples = self.reflective_examples(parent_descriptions, tasks).await?;
+        // The questions a scope proposal lists: the minibatch and the screen sample, as screened first moves. The
+        // gate screens the parent on exactly these tasks, so this adds no model time (the screens are cached).
+        let scope_examples = if k > 1 {
+            let mut all = tasks.to_vec();
+            all.extend(evidence.iter().filter(|t| !tasks.contains(t)).cloned());
+            self.screen_examples(parent_descriptions, &all).await?
+        } else {
+            Vec::new()
+        };
         let schema = self
             .server_tools
             .iter()
@@ -120,23 +145,31 @@ impl Ctx<'_> {
         // a decode round as long as the first, and it was paid whenever any one of the k failed, which at the
         // 1.5B's parse rate (about half) was nearly always; the screen needs only one usable proposal. Retries
         // come back, for one proposal, only when the whole first wave failed.
-        let request = |i: usize, max_attempts: usize| ReflectionRequest {
-            tool: tool.to_string(),
-            current_description: current.to_string(),
-            input_schema: schema.clone(),
-            goal: match self.cfg.objective {
-                Objective::TaskSuccess => Goal::TaskSuccess,
-                Objective::SelectionRate => Goal::Selection,
-                Objective::Routing => Goal::Routing,
-            },
-            examples: examples.clone(),
-            options: ReflectionOptions {
-                seed: self.cfg.seed.wrapping_add(1000 * i as u64),
-                // The first proposal is the greedy one; the others are samples of the same prompt.
-                temperature: if i == 0 { 0.0 } else { 0.8 },
-                max_attempts,
-                ..ReflectionOptions::default()
-            },
+        let request = |i: usize, max_attempts: usize| {
+            let scope = k > 1 && i % 2 == 1 && !scope_examples.is_empty();
+            ReflectionRequest {
+                tool: tool.to_string(),
+                current_description: current.to_string(),
+                input_schema: schema.clone(),
+                goal: match self.cfg.objective {
+                    Objective::TaskSuccess => Goal::TaskSuccess,
+                    Objective::SelectionRate => Goal::Selection,
+                    Objective::Routing => Goal::Routing,
+                },
+                examples: if scope {
+                    scope_examples.clone()
+                } else {
+                    examples.clone()
+                },
+                options: ReflectionOptions {
+                    style: if scope { Style::Scope } else { Style::Runs },
+                    seed: self.cfg.seed.wrapping_add(1000 * i as u64),
+                    // The first proposal of each style is the greedy one; the others are samples.
+                    temperature: if i < 2 { 0.0 } else { 0.8 },
+                    max_attempts,
+                    ..ReflectionOptions::default()
+                },
+            }
         };
         let first_wave = if k == 1 {
             ReflectionOptions::default().max_attempts
