@@ -11,11 +11,11 @@
 //! 3.5% faster for tooltune records and 12% for OTLP (the extra compression time is spent on the parsing threads,
 //! in parallel, and the SQLite thread writes half the bytes).
 //!
-//! A store trains its dictionary once, from the first import that brings enough records (see `import.rs`), keeps
-//! it in `body_dictionaries`, and compresses every later body with it; a body names its dictionary by key, so a
-//! dictionary is never changed or removed. PostgreSQL already compresses large values itself (TOAST), so there
-//! the body stays JSON text. Old SQLite rows hold LZ4 blocks or plain JSON text and are read as they are: a JSON
-//! text never begins with a marker's NUL byte.
+//! A store trains its dictionary once, from the first import that brings enough records (see
+//! `import/encoding.rs`), keeps it in `body_dictionaries`, and compresses every later body with it; a body names its
+//! dictionary by key, so a dictionary is never changed or removed. PostgreSQL already compresses large values itself
+//! (TOAST), so there the body stays JSON text. Old SQLite rows hold LZ4 blocks or plain JSON text and are read as
+//! they are: a JSON text never begins with a marker's NUL byte.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

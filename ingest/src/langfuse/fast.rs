@@ -7,7 +7,9 @@
 //! scanner and then decoded by serde_json from their own text, through the same `Deserialize` impls, so they read
 //! exactly as before.
 
-use super::{Counts, Observation, Output, RawInput, Score, StrOnly, Text, ToolsOf, Trace};
+use super::inputs::RawInput;
+use super::lean::{Counts, Output, StrOnly, ToolsOf};
+use super::schema::{Observation, Score, Text, Trace};
 use crate::common::{ChatMsg, content_text, function_call, parse_arguments};
 use crate::scan::{Known, Reject, Scan, checked_text, list, once, opt};
 use serde::Deserialize;

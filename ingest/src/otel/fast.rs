@@ -7,7 +7,7 @@
 //! repeated or missing field, a wrong type, a number it leaves to serde_json. `parse_line` then decodes the line
 //! with serde, which reads it or names its error as it always has.
 
-use super::{
+use super::schema::{
     AnyValue, ArrayValue, KeyValue, KvList, Request, Resource, ResourceSpans, ScopeSpans, Span,
     Status, Str,
 };

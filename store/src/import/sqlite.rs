@@ -12,7 +12,10 @@
 //! nothing of trace formats. Its `unsafe` code, all in [`ffi`], is the crate's only use of a C library beyond two
 //! libc calls (a thread's priority, writeback).
 
-use super::{Encoding, NewDictionary, Prepared, TRAJECTORY_COLS, no_key};
+use super::encoding::{Encoding, NewDictionary};
+use super::no_key;
+use super::rows::Prepared;
+use super::sql::TRAJECTORY_COLS;
 use crate::StoreError;
 use crate::body::{Dictionaries, Dictionary, StoredBody};
 use ffi::{Conn, Val};
