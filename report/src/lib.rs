@@ -56,7 +56,7 @@ pub enum ReportError {
         /// The run.
         id: String,
         /// Its kind.
-        kind: String,
+        kind: tooltune_store::RunKind,
     },
     /// The store failed.
     #[error(transparent)]
@@ -95,7 +95,7 @@ impl Report {
                 .run(id)
                 .await?
                 .ok_or_else(|| ReportError::NoSuchRun(id.clone()))?;
-            if row.kind != "optimize" {
+            if row.kind != tooltune_store::RunKind::Optimize {
                 return Err(ReportError::NotAnOptimization {
                     id: id.clone(),
                     kind: row.kind,

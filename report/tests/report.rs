@@ -127,7 +127,7 @@ async fn finished_run(
     store
         .create_run(
             id,
-            "optimize",
+            tooltune_store::RunKind::Optimize,
             Some("datasets/suites/contractor.toml"),
             objective,
             &serde_json::to_string(&cfg).expect("config"),
@@ -325,7 +325,7 @@ async fn running_run(store: &Store, id: &str) {
     store
         .create_run(
             id,
-            "optimize",
+            tooltune_store::RunKind::Optimize,
             None,
             Objective::SelectionRate,
             &serde_json::to_string(&cfg).expect("config"),
@@ -698,7 +698,13 @@ async fn unknown_runs_and_no_runs_are_errors() {
     assert!(Report::load(&store, &[]).await.is_err());
     // A batch run from traces has no search to chart: refused by name and kind, not drawn as an empty run.
     store
-        .create_run("ft-1", "from-traces", None, Objective::TaskSuccess, "{}")
+        .create_run(
+            "ft-1",
+            tooltune_store::RunKind::FromTraces,
+            None,
+            Objective::TaskSuccess,
+            "{}",
+        )
         .await
         .expect("create run");
     let err = Report::load(&store, &["ft-1".to_string()])

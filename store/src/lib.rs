@@ -22,7 +22,7 @@ pub use import::{ImportOptions, ImportProgress, ImportReport, PrepareOnly, Skipp
 pub use jobs::{JobQueue, JobResult, JobSuite, WorkerRow};
 pub use labels::{Failing, Label, LabelSource, LabelUse, NewLabel, Tally, ToLabel, VerdictCounts};
 pub use proxy::{NewProxySession, ProxyCall, SessionFacts, VariantToolCounts};
-pub use runs::{RolloutRow, RunRow, RunStatus};
+pub use runs::{RolloutRow, RunKind, RunRow, RunStatus};
 pub use stats::ToolStats;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};

@@ -55,13 +55,49 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
+/// What made a run, as its row stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum RunKind {
+    /// A GEPA search (`optimize`, `demo`, the API): resumable, has a checkpoint, events and a report.
+    #[serde(rename = "optimize")]
+    Optimize,
+    /// A batch proposal from logged failures (`optimize --from-traces`): one short command, no search.
+    #[serde(rename = "from-traces")]
+    FromTraces,
+}
+
+impl RunKind {
+    /// The word the store and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Optimize => "optimize",
+            RunKind::FromTraces => "from-traces",
+        }
+    }
+
+    /// Reads the stored word.
+    pub fn parse(word: &str) -> Option<RunKind> {
+        Some(match word {
+            "optimize" => RunKind::Optimize,
+            "from-traces" => RunKind::FromTraces,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for RunKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A stored run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRow {
     /// The run id.
     pub id: String,
-    /// `optimize` or `from-traces`.
-    pub kind: String,
+    /// What made it.
+    pub kind: RunKind,
     /// The suite file, when there is one.
     pub suite: Option<String>,
     /// What the run optimises.
@@ -113,6 +149,12 @@ fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
     let objective = objective
         .parse::<Objective>()
         .map_err(|e| corrupt(format!("column `objective`: {e}")))?;
+    let kind: String = r.get(1);
+    let kind = RunKind::parse(&kind).ok_or_else(|| {
+        corrupt(format!(
+            "column `kind` is {kind:?}, not optimize or from-traces"
+        ))
+    })?;
     let status: String = r.get(5);
     let status = RunStatus::parse(&status).ok_or_else(|| {
         corrupt(format!(
@@ -121,7 +163,7 @@ fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
     })?;
     Ok(RunRow {
         id: r.get(0),
-        kind: r.get(1),
+        kind,
         suite: r.get(2),
         objective,
         config: r.get(4),
@@ -140,7 +182,7 @@ impl Store {
     pub async fn create_run(
         &self,
         id: &str,
-        kind: &str,
+        kind: RunKind,
         suite: Option<&str>,
         objective: Objective,
         config: &str,
@@ -151,7 +193,7 @@ impl Store {
              created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'running', NULL, 0, NULL, NULL, $6, $6)",
         )
         .bind(id)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(suite)
         .bind(objective.as_str())
         .bind(config)
@@ -479,7 +521,8 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_run_reads_back_its_status_and_objective_and_an_unknown_status_is_named() {
+    async fn a_run_reads_back_its_kind_status_and_objective_and_an_unknown_status_or_kind_is_named()
+    {
         for s in [
             RunStatus::Running,
             RunStatus::Finished,
@@ -489,18 +532,26 @@ mod tests {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
             assert_eq!(s.is_terminal(), s != RunStatus::Running);
         }
+        for k in [RunKind::Optimize, RunKind::FromTraces] {
+            assert_eq!(RunKind::parse(k.as_str()), Some(k));
+            // The API shows the stored word.
+            assert_eq!(
+                serde_json::to_value(k).expect("serialises"),
+                serde_json::json!(k.as_str())
+            );
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path().join("r.db").to_str().expect("utf-8"))
             .await
             .expect("open");
         store
-            .create_run("r1", "optimize", None, Objective::Routing, "{}")
+            .create_run("r1", RunKind::Optimize, None, Objective::Routing, "{}")
             .await
             .expect("create");
         let row = store.run("r1").await.expect("read").expect("stored");
         assert_eq!(
-            (row.status, row.objective),
-            (RunStatus::Running, Objective::Routing)
+            (row.kind, row.status, row.objective),
+            (RunKind::Optimize, RunStatus::Running, Objective::Routing)
         );
         store
             .finish_run("r1", RunStatus::Stopped, None, None)
@@ -521,5 +572,11 @@ mod tests {
                 && e.to_string().contains("\"paused\""),
             "{e}"
         );
+        sqlx::query("UPDATE runs SET status = 'running', kind = 'sweep' WHERE id = 'r1'")
+            .execute(store.pool())
+            .await
+            .expect("update");
+        let e = store.run("r1").await.expect_err("unknown kind");
+        assert!(e.to_string().contains("column `kind` is \"sweep\""), "{e}");
     }
 }

@@ -422,7 +422,7 @@ async fn a_runs_rollouts_come_with_their_candidate_keys(db: TestDb) {
     for run in ["run-a", "run-b"] {
         s.create_run(
             run,
-            "optimize",
+            tooltune_store::RunKind::Optimize,
             None,
             tooltune_objectives::Objective::TaskSuccess,
             "{}",
@@ -486,7 +486,7 @@ async fn run_lease_has_one_holder(db: TestDb) {
     let s = &db.store;
     s.create_run(
         "run-l",
-        "optimize",
+        tooltune_store::RunKind::Optimize,
         None,
         tooltune_objectives::Objective::TaskSuccess,
         "{}",

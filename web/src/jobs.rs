@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Semaphore, watch};
 use tooltune_driver::{Event, Models, RunConfig, StopSignal};
 use tooltune_llm::ChatModel;
-use tooltune_store::{RunStatus, Store};
+use tooltune_store::{RunKind, RunStatus, Store};
 
 /// Where a job of this process stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl Jobs {
             .store
             .create_run(
                 &id,
-                "optimize",
+                RunKind::Optimize,
                 Some(&cfg.suite.display().to_string()),
                 cfg.objective,
                 &config,
@@ -119,7 +119,7 @@ impl Jobs {
         rows.reverse();
         for row in rows {
             // Only optimisation runs are jobs; a batch `from-traces` run is one short command, not resumable here.
-            if row.kind == "optimize"
+            if row.kind == RunKind::Optimize
                 && row.status == RunStatus::Running
                 && !self.active().contains_key(&row.id)
             {

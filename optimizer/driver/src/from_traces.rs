@@ -104,7 +104,7 @@ pub async fn from_traces(
     store
         .create_run(
             &run_id,
-            "from-traces",
+            tooltune_store::RunKind::FromTraces,
             cfg.suite
                 .as_ref()
                 .map(|s| s.display().to_string())

@@ -302,7 +302,7 @@ pub async fn start(
     store
         .create_run(
             &run_id,
-            "optimize",
+            tooltune_store::RunKind::Optimize,
             Some(&cfg.suite.display().to_string()),
             cfg.objective,
             &serde_json::to_string(&cfg).unwrap_or_default(),

@@ -85,7 +85,7 @@ async fn check_run_of_another_process(t: TestServer) {
     t.store
         .create_run(
             id,
-            "optimize",
+            tooltune_store::RunKind::Optimize,
             Some("elsewhere.toml"),
             tooltune_objectives::Objective::TaskSuccess,
             "{}",
