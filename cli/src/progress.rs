@@ -12,7 +12,7 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tooltune_core::text::one_line;
-use tooltune_driver::Event;
+use tooltune_driver::{Event, Phase};
 
 /// A search's limits in both currencies (`None`: no limit of that kind).
 #[derive(Debug, Clone, Copy, Default)]
@@ -125,7 +125,7 @@ struct Seen {
     /// Budget fraction when this process started (a resumed run had spent some).
     start_fraction: f64,
     /// The evaluation in flight: its phase, tasks and start.
-    current: Option<(String, usize, Instant)>,
+    current: Option<(Phase, usize, Instant)>,
     /// When the search stopped (the held-out comparison follows).
     search_s: Option<f64>,
     held_out_done: u64,
@@ -224,8 +224,8 @@ pub fn printer(
                 phase,
                 tasks,
             } => {
-                seen.current = Some((phase.clone(), *tasks, Instant::now()));
-                let left = if phase == "test" {
+                seen.current = Some((*phase, *tasks, Instant::now()));
+                let left = if *phase == Phase::Test {
                     let pace = pace.lock().unwrap_or_else(|p| p.into_inner());
                     estimate(&seen, &pace)
                 } else {
@@ -247,18 +247,18 @@ pub fn printer(
             } => {
                 let mut pace = pace.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some((p, n, t0)) = seen.current.take()
-                    && &p == phase
+                    && p == *phase
                 {
                     let s = t0.elapsed().as_secs_f64();
-                    if phase == "test" {
+                    if *phase == Phase::Test {
                         pace.held_out_s += s;
                         pace.held_out_tasks += n as u64;
-                    } else if !phase.contains("screen") {
+                    } else if !phase.is_screen() {
                         pace.rollout_s += s;
                         pace.rollouts += n as u64;
                     }
                 }
-                if phase == "test" {
+                if *phase == Phase::Test {
                     seen.held_out_done += 1;
                 } else {
                     seen.rollouts = *rollouts_spent;

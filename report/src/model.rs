@@ -585,7 +585,7 @@ fn series(events: &[Event]) -> Vec<IterationPoint> {
         else {
             continue;
         };
-        if phase != "validation" {
+        if *phase != tooltune_run::Phase::VALIDATION {
             continue;
         }
         if out

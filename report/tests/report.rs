@@ -182,12 +182,12 @@ async fn finished_run(
     for (c, m, spent) in [(0, &v0, 5), (1, &v1, 16), (2, &v2, 27)] {
         events.push(Event::Evaluating {
             candidate: c,
-            phase: "validation".into(),
+            phase: tooltune_run::Phase::VALIDATION,
             tasks: 5,
         });
         events.push(Event::Evaluated {
             candidate: c,
-            phase: "validation".into(),
+            phase: tooltune_run::Phase::VALIDATION,
             mean: m.headline(objective).unwrap_or(0.0),
             metrics: Box::new(m.clone()),
             rollouts_spent: spent,
@@ -202,7 +202,7 @@ async fn finished_run(
             });
             events.push(Event::Evaluated {
                 candidate: c,
-                phase: "validation".into(),
+                phase: tooltune_run::Phase::VALIDATION,
                 mean: m.headline(objective).unwrap_or(0.0),
                 metrics: Box::new(m.clone()),
                 rollouts_spent: spent,
@@ -211,7 +211,7 @@ async fn finished_run(
         }
         events.push(Event::Evaluated {
             candidate: c,
-            phase: "minibatch".into(),
+            phase: tooltune_run::Phase::Minibatch { screened: false },
             mean: 0.5,
             metrics: Box::new(m.clone()),
             rollouts_spent: spent + 3,
@@ -245,7 +245,7 @@ async fn finished_run(
     };
     events.push(Event::Evaluated {
         candidate: 2,
-        phase: "test".into(),
+        phase: tooltune_run::Phase::Test,
         mean: 0.5,
         metrics: Box::new(winner_test.clone()),
         rollouts_spent: 27,
@@ -371,7 +371,7 @@ async fn running_run(store: &Store, id: &str) {
                     let m = metrics(&[(score > 0.5, true)], &[(true, score > 0.5)]);
                     events.push(Event::Evaluated {
                         candidate: candidate.0,
-                        phase: "validation".into(),
+                        phase: tooltune_run::Phase::VALIDATION,
                         mean: score,
                         metrics: Box::new(m),
                         rollouts_spent: spent,
@@ -515,7 +515,7 @@ async fn a_report_of_stored_runs_matches_the_store() {
                         phase,
                         rollouts_spent,
                         ..
-                    } if phase == "validation" => Some(rollouts_spent),
+                    } if phase == tooltune_run::Phase::VALIDATION => Some(rollouts_spent),
                     _ => None,
                 },
             )

@@ -1,7 +1,7 @@
 //! What a run says as it goes: stored as the run's events (one JSON object each) and handed to the caller's
 //! callback; the report's charts and the dashboard's live view are drawn from them.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use tooltune_objectives::{Metrics, Objective};
 
@@ -22,8 +22,8 @@ pub enum Event {
     Evaluating {
         /// Candidate number.
         candidate: u32,
-        /// `validation`, `minibatch`, `merge` or `test`.
-        phase: String,
+        /// Which evaluation.
+        phase: Phase,
         /// How many tasks.
         tasks: usize,
     },
@@ -31,8 +31,8 @@ pub enum Event {
     Evaluated {
         /// Candidate number.
         candidate: u32,
-        /// The phase.
-        phase: String,
+        /// Which evaluation.
+        phase: Phase,
         /// Mean objective score over the tasks.
         mean: f64,
         /// Both metrics over the tasks of this evaluation (boxed: it is much larger than the other events).
@@ -76,6 +76,113 @@ pub enum Event {
     },
 }
 
+/// Which evaluation of a run an [`Event::Evaluating`] / [`Event::Evaluated`] is. Stored (and shown) as the words
+/// it always was: `validation`, `minibatch`, `merge`, `test`, `screen`, `screen (parent)`, and `validation (screen)`
+/// and so on for a search evaluation answered by a screen (selection and routing with screening on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// On the validation split (or its sample): the figures candidates are compared by.
+    Validation {
+        /// Answered by a screen (exact first moves), not rollouts.
+        screened: bool,
+    },
+    /// On a minibatch of training tasks: GEPA's acceptance test.
+    Minibatch {
+        /// Answered by a screen.
+        screened: bool,
+    },
+    /// A merge's trial on a validation subsample.
+    Merge {
+        /// Answered by a screen.
+        screened: bool,
+    },
+    /// The held-out comparison of seed and winner.
+    Test,
+    /// A proposal's screen beside its parent's.
+    Screen,
+    /// The parent's screen, made beside its proposals'.
+    ScreenParent,
+}
+
+impl Phase {
+    /// The validation evaluation made with rollouts (or, in a decisive search, not at all: see `screened`).
+    pub const VALIDATION: Phase = Phase::Validation { screened: false };
+
+    /// The same evaluation answered by a screen. `Test`, `Screen` and `ScreenParent` stay as they are.
+    pub fn screened(self) -> Phase {
+        match self {
+            Phase::Validation { .. } => Phase::Validation { screened: true },
+            Phase::Minibatch { .. } => Phase::Minibatch { screened: true },
+            Phase::Merge { .. } => Phase::Merge { screened: true },
+            other => other,
+        }
+    }
+
+    /// Whether the evaluation is a screen (exact first moves, no rollouts).
+    pub fn is_screen(self) -> bool {
+        match self {
+            Phase::Validation { screened }
+            | Phase::Minibatch { screened }
+            | Phase::Merge { screened } => screened,
+            Phase::Test => false,
+            Phase::Screen | Phase::ScreenParent => true,
+        }
+    }
+
+    /// Reads the stored word.
+    pub fn parse(word: &str) -> Option<Phase> {
+        let (base, screened) = match word.strip_suffix(" (screen)") {
+            Some(b) => (b, true),
+            None => (word, false),
+        };
+        Some(match (base, screened) {
+            ("validation", s) => Phase::Validation { screened: s },
+            ("minibatch", s) => Phase::Minibatch { screened: s },
+            ("merge", s) => Phase::Merge { screened: s },
+            ("test", false) => Phase::Test,
+            ("screen", false) => Phase::Screen,
+            ("screen (parent)", false) => Phase::ScreenParent,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (base, screened) = match *self {
+            Phase::Validation { screened } => ("validation", screened),
+            Phase::Minibatch { screened } => ("minibatch", screened),
+            Phase::Merge { screened } => ("merge", screened),
+            Phase::Test => ("test", false),
+            Phase::Screen => ("screen", false),
+            Phase::ScreenParent => ("screen (parent)", false),
+        };
+        f.write_str(base)?;
+        if screened {
+            f.write_str(" (screen)")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Phase {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Phase, D::Error> {
+        let word = String::deserialize(d)?;
+        Phase::parse(&word).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown phase {word:?}: not validation, minibatch, merge, test, screen or screen (parent), \
+                 with or without \" (screen)\""
+            ))
+        })
+    }
+}
+
 /// Each candidate's validation metrics from a run's events: the last validation evaluation of each (a resumed run
 /// repeats the one in flight, with the same figures).
 pub fn validation_metrics<'a>(
@@ -89,10 +196,77 @@ pub fn validation_metrics<'a>(
             metrics,
             ..
         } = e
-            && phase == "validation"
+            && *phase == Phase::VALIDATION
         {
             out.insert(*candidate, (**metrics).clone());
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_is_stored_as_the_word_it_always_was_and_reads_back() {
+        let words = [
+            "validation",
+            "minibatch",
+            "merge",
+            "test",
+            "screen",
+            "screen (parent)",
+            "validation (screen)",
+            "minibatch (screen)",
+            "merge (screen)",
+        ];
+        for w in words {
+            let p = Phase::parse(w).unwrap_or_else(|| panic!("{w} parses"));
+            assert_eq!(p.to_string(), w);
+            assert_eq!(
+                serde_json::to_value(p).expect("serialises"),
+                serde_json::json!(w)
+            );
+            assert_eq!(
+                serde_json::from_value::<Phase>(serde_json::json!(w)).expect("reads"),
+                p
+            );
+            assert_eq!(p.is_screen(), w.contains("screen"), "{w}");
+        }
+        for bad in ["test (screen)", "screen (screen)", "Validation", ""] {
+            assert_eq!(Phase::parse(bad), None, "{bad}");
+        }
+        let e = serde_json::from_value::<Phase>(serde_json::json!("warmup")).expect_err("unknown");
+        assert!(e.to_string().contains("unknown phase \"warmup\""), "{e}");
+        assert_eq!(Phase::Test.screened(), Phase::Test);
+        assert_eq!(
+            Phase::VALIDATION.screened().to_string(),
+            "validation (screen)"
+        );
+    }
+
+    #[test]
+    fn validation_metrics_take_rolled_out_validations_only() {
+        let ev = |candidate, phase: Phase| Event::Evaluated {
+            candidate,
+            phase,
+            mean: 0.5,
+            metrics: Box::new(Metrics::from_rollouts(&[])),
+            rollouts_spent: 0,
+            screened_spent: 0,
+        };
+        let events = [
+            ev(0, Phase::VALIDATION),
+            ev(1, Phase::Minibatch { screened: false }),
+            ev(2, Phase::VALIDATION.screened()),
+        ];
+        assert_eq!(
+            validation_metrics(&events)
+                .keys()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![0]
+        );
+    }
 }

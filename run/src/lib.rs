@@ -12,7 +12,7 @@ mod summary;
 mod view;
 
 pub use config::{RunConfig, WorkerPolicy};
-pub use event::{Event, validation_metrics};
+pub use event::{Event, Phase, validation_metrics};
 pub use summary::{
     CandidateSummary, Comparison, Lineage, OriginKind, RunSummary, Status, TaskDelta, TrialScore,
 };

@@ -401,7 +401,7 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
     let last_validation: HashMap<u32, &EvalPoint> = detail
         .evaluations
         .iter()
-        .filter(|e| e.phase == "validation")
+        .filter(|e| e.phase == tooltune_run::Phase::VALIDATION)
         .map(|e| (e.candidate, e))
         .collect();
     let mut cards = Vec::new();

@@ -84,7 +84,10 @@ pub(crate) fn score_charts(
     target: &str,
     budget: Option<u64>,
 ) -> (String, String) {
-    let full: Vec<&EvalPoint> = evals.iter().filter(|e| e.phase == "validation").collect();
+    let full: Vec<&EvalPoint> = evals
+        .iter()
+        .filter(|e| e.phase == tooltune_run::Phase::VALIDATION)
+        .collect();
     (
         metric_over_run("Task success", &full, budget, |e| &e.success),
         metric_over_run(

@@ -53,7 +53,7 @@ pub(crate) struct ConfigView {
 pub(crate) struct EvalPoint {
     pub seq: i64,
     pub candidate: u32,
-    pub phase: String,
+    pub phase: tooltune_run::Phase,
     pub rollouts_spent: u64,
     pub mean: f64,
     pub success: Rate,
@@ -142,7 +142,7 @@ pub(crate) fn evaluations(events: &[(i64, Event)]) -> Vec<EvalPoint> {
             } => Some(EvalPoint {
                 seq: *seq,
                 candidate: *candidate,
-                phase: phase.clone(),
+                phase: *phase,
                 rollouts_spent: *rollouts_spent,
                 mean: *mean,
                 success: metrics.success,

@@ -21,7 +21,7 @@ pub use from_traces::{FromTracesConfig, FromTracesSummary, Validation, from_trac
 // The run model lives in its own crate so that the report and the dashboard can read runs without building the
 // evaluator and the model; re-exported here, where callers that make runs expect it.
 pub use tooltune_run::{
-    CandidateSummary, Comparison, Event, Lineage, OriginKind, RunConfig, RunSummary, Status,
+    CandidateSummary, Comparison, Event, Lineage, OriginKind, Phase, RunConfig, RunSummary, Status,
     TaskDelta, WorkerPolicy, candidate_key,
 };
 
@@ -175,14 +175,14 @@ impl Ctx<'_> {
     async fn evaluate_action(
         &self,
         candidate: u32,
-        phase: &str,
+        phase: Phase,
         descriptions: &Descriptions,
         tasks: &[String],
         rollouts_spent: u64,
     ) -> Result<(Scores, u64), DriverError> {
         self.emit(Event::Evaluating {
             candidate,
-            phase: phase.to_string(),
+            phase,
             tasks: tasks.len(),
         })
         .await?;
@@ -204,7 +204,7 @@ impl Ctx<'_> {
         let rollouts = tasks.len() as u64 * u64::from(self.cfg.rollouts_per_task);
         self.emit(Event::Evaluated {
             candidate,
-            phase: phase.to_string(),
+            phase,
             mean,
             metrics: Box::new(Metrics::from_rollouts(&facts)),
             rollouts_spent: rollouts_spent + rollouts,
@@ -235,7 +235,7 @@ impl Ctx<'_> {
     async fn observe_evaluation(
         &self,
         candidate: tooltune_optimizer::CandidateId,
-        phase: &str,
+        phase: Phase,
         descriptions: &Descriptions,
         tasks: &[String],
         rollouts_spent: u64,
@@ -244,7 +244,7 @@ impl Ctx<'_> {
             let scores = self
                 .screen_candidate(
                     candidate.0,
-                    &format!("{phase} (screen)"),
+                    phase.screened(),
                     descriptions,
                     tasks,
                     rollouts_spent,
@@ -279,7 +279,11 @@ impl Ctx<'_> {
     ) -> Result<Observation, DriverError> {
         let mut scores = BTreeMap::new();
         for (i, (c, d)) in candidates.iter().enumerate() {
-            let phase = if i == 0 { "screen (parent)" } else { "screen" };
+            let phase = if i == 0 {
+                Phase::ScreenParent
+            } else {
+                Phase::Screen
+            };
             let s = self
                 .screen_candidate(c.0, phase, d, tasks, rollouts_spent, i > 0)
                 .await?;
@@ -582,7 +586,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 descriptions,
                 tasks,
             } => {
-                ctx.observe_evaluation(candidate, "validation", &descriptions, &tasks, spent)
+                ctx.observe_evaluation(candidate, Phase::VALIDATION, &descriptions, &tasks, spent)
                     .await?
             }
             Action::EvaluateMinibatch {
@@ -590,8 +594,14 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 descriptions,
                 tasks,
             } => {
-                ctx.observe_evaluation(candidate, "minibatch", &descriptions, &tasks, spent)
-                    .await?
+                ctx.observe_evaluation(
+                    candidate,
+                    Phase::Minibatch { screened: false },
+                    &descriptions,
+                    &tasks,
+                    spent,
+                )
+                .await?
             }
             Action::Merge {
                 candidate,
@@ -599,8 +609,14 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 tasks,
                 ..
             } => {
-                ctx.observe_evaluation(candidate, "merge", &descriptions, &tasks, spent)
-                    .await?
+                ctx.observe_evaluation(
+                    candidate,
+                    Phase::Merge { screened: false },
+                    &descriptions,
+                    &tasks,
+                    spent,
+                )
+                .await?
             }
             Action::Reflect {
                 parent,

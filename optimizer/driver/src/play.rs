@@ -185,7 +185,7 @@ impl Ctx<'_> {
     pub(crate) async fn screen_candidate(
         &self,
         candidate: u32,
-        phase: &str,
+        phase: Phase,
         descriptions: &Descriptions,
         tasks: &[String],
         rollouts_spent: u64,
@@ -193,7 +193,7 @@ impl Ctx<'_> {
     ) -> Result<Scores, DriverError> {
         self.emit(Event::Evaluating {
             candidate,
-            phase: phase.to_string(),
+            phase,
             tasks: tasks.len(),
         })
         .await?;
@@ -213,7 +213,7 @@ impl Ctx<'_> {
             .collect();
         self.emit(Event::Evaluated {
             candidate,
-            phase: phase.to_string(),
+            phase,
             mean: tooltune_optimizer::mean_over(&scores, tasks),
             metrics: Box::new(screen_metrics(&self.facts(&ordered)?)),
             rollouts_spent,

@@ -1,7 +1,7 @@
 //! The end of a run: the seed and the best candidate evaluated on the held-out test split, both metrics with
 //! intervals, paired tests between them, the winner's lineage with its diagnoses, and every candidate's figures.
 
-use crate::{Ctx, DriverError, Event};
+use crate::{Ctx, DriverError, Event, Phase};
 use std::collections::BTreeMap;
 use tooltune_evaluator::Split;
 use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
@@ -190,7 +190,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     let spent = search.spent().rollouts;
     ctx.emit(Event::Evaluating {
         candidate: seed.id.0,
-        phase: "test".into(),
+        phase: Phase::Test,
         tasks: rolled.len(),
     })
     .await?;
@@ -200,7 +200,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     } else {
         ctx.emit(Event::Evaluating {
             candidate: best.id.0,
-            phase: "test".into(),
+            phase: Phase::Test,
             tasks: rolled.len(),
         })
         .await?;
@@ -210,7 +210,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
     let test = compare_held_out(&seed_held, &best_held, objective, ctx.cfg.seed)?;
     ctx.emit(Event::Evaluated {
         candidate: best.id.0,
-        phase: "test".into(),
+        phase: Phase::Test,
         mean: test.winner.headline(objective).unwrap_or(0.0),
         metrics: Box::new(test.winner.clone()),
         rollouts_spent: spent,
