@@ -9,7 +9,8 @@
 //! works the [`Proposal`]
 //! records the failure with every prompt and reply. Nothing is dropped silently: the driver stores the proposal with the candidate.
 //!
-//! The two goals share one template; the only difference is the sentence stating the goal. The prompt says
+//! The goals share each template ([`Style::Runs`], [`Style::Scope`]); the only difference is the sentence
+//! stating the goal (`templates/goal.jinja`, included by both). The prompt says
 //! nothing else about honesty or promotion, so whatever the reflector writes under each goal is what that
 //! goal asks for (issue 6 measures exactly this).
 
