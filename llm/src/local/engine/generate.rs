@@ -161,6 +161,32 @@ impl<'m> Engine<'m> {
         &mut self,
         group: &[(usize, Prepared)],
     ) -> Result<Vec<Result<ChatResponse, LlmError>>, LlmError> {
+        let plan = self.plan_slots(group)?;
+        let mut states = self.prefill(group, &plan)?;
+        self.generate_replies(&mut states)?;
+        Ok(states
+            .into_iter()
+            .map(|st| {
+                let finish = st.done.unwrap_or(Ok(FinishReason::Stop))?;
+                let text = String::from_utf8_lossy(&st.text).trim().to_string();
+                Ok(ChatResponse {
+                    content: (!text.is_empty()).then_some(text),
+                    tool_calls: st.calls,
+                    usage: Usage {
+                        prompt_tokens: st.prompt_len as u64,
+                        completion_tokens: u64::from(st.generated),
+                    },
+                    finish_reason: finish,
+                })
+            })
+            .collect())
+    }
+
+    /// The slot each request of a group starts from, and how many of its tokens that slot already holds.
+    fn plan_slots(
+        &mut self,
+        group: &[(usize, Prepared)],
+    ) -> Result<Vec<Option<(usize, usize)>>, LlmError> {
         // Requests that continue a conversation kept in a slot start from it, when it holds at least what
         // sequence 0 would give them without decoding anything.
         let mut taken = [false; N_SLOTS];
@@ -193,7 +219,15 @@ impl<'m> Engine<'m> {
                 plan[j] = Some((slot, shared));
             }
         }
+        Ok(plan)
+    }
 
+    /// Feeds each request's prompt, past what its slot holds, into its slot, and samples its first token.
+    fn prefill(
+        &mut self,
+        group: &[(usize, Prepared)],
+        plan: &[Option<(usize, usize)>],
+    ) -> Result<Vec<SeqState>, LlmError> {
         let mut states = Vec::with_capacity(group.len());
         let mut entries = Vec::new();
         let mut state_of_entry = Vec::new();
@@ -259,7 +293,11 @@ impl<'m> Engine<'m> {
             s.prompt_tokens_decoded += suffix_tokens as u64;
             s.prefill_seconds += started.elapsed().as_secs_f64();
         }
+        Ok(states)
+    }
 
+    /// Generates the replies token by token, all unfinished requests in one batch per step, until each is done.
+    fn generate_replies(&mut self, states: &mut [SeqState]) -> Result<(), LlmError> {
         let started = Instant::now();
         let nl_close = self.tokenize("\n</tool_call>", false);
         let nl = self.tokenize("\n", false);
@@ -397,22 +435,7 @@ impl<'m> Engine<'m> {
             s.generated_tokens += generated_total;
             s.generate_seconds += started.elapsed().as_secs_f64();
         }
-        Ok(states
-            .into_iter()
-            .map(|st| {
-                let finish = st.done.unwrap_or(Ok(FinishReason::Stop))?;
-                let text = String::from_utf8_lossy(&st.text).trim().to_string();
-                Ok(ChatResponse {
-                    content: (!text.is_empty()).then_some(text),
-                    tool_calls: st.calls,
-                    usage: Usage {
-                        prompt_tokens: st.prompt_len as u64,
-                        completion_tokens: u64::from(st.generated),
-                    },
-                    finish_reason: finish,
-                })
-            })
-            .collect())
+        Ok(())
     }
 }
 
