@@ -1,0 +1,350 @@
+//! Tests of the suite module: loading (good suites, and each kind of mistake named precisely), fixtures, and the
+//! checks that score a rollout, run on suites parsed from text.
+
+use super::*;
+use crate::mcp::{ProtocolPref, Transport};
+use std::path::Path;
+
+const GOOD: &str = r#"
+name = "demo"
+tools_under_study = ["read_file"]
+
+[server]
+command = "${SUITE_DIR}/srv"
+args = ["--data", "${SUITE_DIR}/data"]
+env = { LANG = "C" }
+protocol = "2026-07-28"
+
+[[task]]
+id = "notes-sum"
+prompt = "Read notes.txt and sum the numbers in it."
+split = "train"
+owner = "read_file"
+answer.number = 69504
+expect_tools = ["read_file", "calculator"]
+
+[[task]]
+id = "who"
+prompt = "Who is the treasurer?"
+split = "test"
+owner = "read_file"
+answer.contains = "Joon Lee"
+forbid_tools = ["calculator"]
+max_steps = 3
+"#;
+
+fn parse(text: &str) -> Result<Suite, EvalError> {
+    Suite::parse(Path::new("suites/demo.toml"), text)
+}
+
+fn err_text(text: &str) -> String {
+    parse(text).expect_err("should fail").to_string()
+}
+
+#[test]
+fn loads_a_good_suite_and_expands_variables() {
+    let s = parse(GOOD).expect("good suite");
+    assert_eq!(s.name, "demo");
+    assert_eq!(s.tasks.len(), 2);
+    assert_eq!(s.tasks[0].max_steps, DEFAULT_MAX_STEPS);
+    assert_eq!(s.tasks[1].max_steps, 3);
+    assert!(s.tasks[0].expect_order);
+    assert_eq!(s.split(Split::Test).count(), 1);
+    assert_eq!(
+        s.server.protocol,
+        ProtocolPref::Version("2026-07-28".into())
+    );
+    match &s.server.transport {
+        Transport::Stdio {
+            command, args, env, ..
+        } => {
+            assert!(
+                command.ends_with("/srv") && !command.contains("${"),
+                "{command}"
+            );
+            assert!(args[1].ends_with("/data"), "{args:?}");
+            assert_eq!(env.get("LANG").map(String::as_str), Some("C"));
+        }
+        other => panic!("expected stdio, got {other:?}"),
+    }
+}
+
+#[test]
+fn syntax_errors_name_file_and_line() {
+    let e = err_text("tools_under_study = [\"a\"]\n[server\ncommand = 1\n");
+    assert!(e.starts_with("suites/demo.toml:2: "), "{e}");
+}
+
+#[test]
+fn unknown_field_names_task_and_field() {
+    let bad = GOOD.replace(
+        "answer.contains = \"Joon Lee\"",
+        "answr.contains = \"Joon Lee\"",
+    );
+    let e = err_text(&bad);
+    assert!(e.contains("suites/demo.toml:"), "{e}");
+    assert!(e.contains("task `who` (#2)"), "{e}");
+    assert!(e.contains("answr"), "{e}");
+}
+
+#[test]
+fn wrong_type_names_the_field_path() {
+    let bad = GOOD.replace("answer.number = 69504", "answer.number = \"lots\"");
+    let e = err_text(&bad);
+    assert!(e.contains("task `notes-sum` (#1)"), "{e}");
+    assert!(e.contains("field `answer.number`"), "{e}");
+}
+
+#[test]
+fn unknown_split_is_refused() {
+    let e = err_text(&GOOD.replace("split = \"test\"", "split = \"dev\""));
+    assert!(
+        e.contains("task `who` (#2)") && e.contains("field `split`"),
+        "{e}"
+    );
+    assert!(e.contains("dev"), "{e}");
+}
+
+#[test]
+fn bad_regex_is_refused_with_its_field() {
+    let bad = GOOD.replace(
+        "answer.contains = \"Joon Lee\"",
+        "answer.regex = \"(unclosed\"",
+    );
+    let e = err_text(&bad);
+    assert!(
+        e.contains("task `who` (#2): field `answer.regex`: does not compile"),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicate_ids_and_checkless_tasks_are_refused() {
+    let e = err_text(&GOOD.replace("id = \"who\"", "id = \"notes-sum\""));
+    assert!(e.contains("field `id`: duplicate id `notes-sum`"), "{e}");
+    let bad = GOOD
+        .replace("answer.contains = \"Joon Lee\"\n", "")
+        .replace("forbid_tools = [\"calculator\"]\n", "");
+    let e = err_text(&bad);
+    assert!(
+        e.contains("task `who` (#2)") && e.contains("has no check"),
+        "{e}"
+    );
+}
+
+#[test]
+fn server_section_is_validated() {
+    let e = err_text(&GOOD.replace("protocol = \"2026-07-28\"", "protocol = \"2027-01-01\""));
+    assert!(e.contains("field `server.protocol`"), "{e}");
+    let e = err_text(&GOOD.replace("${SUITE_DIR}/srv", "${HOME}/srv"));
+    assert!(
+        e.contains("field `server.command`") && e.contains("${HOME}"),
+        "{e}"
+    );
+    let e = err_text(&GOOD.replace(
+        "command = \"${SUITE_DIR}/srv\"",
+        "command = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"",
+    ));
+    assert!(e.contains("not both"), "{e}");
+}
+
+#[test]
+fn check_scores_answer_and_tools() {
+    let s = parse(GOOD).expect("good");
+    let t = &s.tasks[0];
+    let r = t.check(Some("The total is 69,504."), &["read_file", "calculator"]);
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.score, 1.0);
+
+    let r = t.check(Some("The total is 69494."), &["read_file"]);
+    assert!(!r.success);
+    assert_eq!(r.score, 0.0);
+    assert!(
+        r.feedback.contains("the answer's numbers are 69494"),
+        "{}",
+        r.feedback
+    );
+    assert!(r.feedback.contains("calculator was not"), "{}", r.feedback);
+
+    let r = t.check(Some("69504"), &["calculator", "read_file"]);
+    assert!(!r.success);
+    assert_eq!(r.score, 0.5);
+    assert!(r.feedback.contains("in this order"), "{}", r.feedback);
+
+    let r = t.check::<&str>(None, &[]);
+    assert!(
+        !r.success && r.feedback.contains("no final answer"),
+        "{r:?}"
+    );
+
+    let who = &s.tasks[1];
+    assert!(who.check(Some("It is joon lee."), &["read_file"]).success);
+    let r = who.check(Some("Joon Lee"), &["read_file", "calculator"]);
+    assert!(
+        !r.success && r.feedback.contains("must not be used"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn numbers_are_read_like_a_person_would() {
+    assert_eq!(numbers_in("69,504 total"), vec![69504.0]);
+    assert_eq!(numbers_in("4, 48000 and 9500"), vec![4.0, 48000.0, 9500.0]);
+    assert_eq!(numbers_in("on 2026-09-01"), vec![2026.0, 9.0, 1.0]);
+    assert_eq!(numbers_in("it is -3.5 or 0.875"), vec![-3.5, 0.875]);
+    assert_eq!(numbers_in("code QM-4092 in v2"), vec![4092.0]);
+    assert_eq!(numbers_in("2:21:47"), vec![2.0, 21.0, 47.0]);
+    assert_eq!(numbers_in("1,2345"), vec![1.0, 2345.0]);
+}
+
+#[test]
+fn exact_regex_and_found_in() {
+    let a = AnswerCheck {
+        exact: Some("Hanbit Hall".into()),
+        regex: None,
+        number: None,
+        tolerance: 0.0,
+        contains: vec![],
+        ignore_case: true,
+    };
+    assert!(a.failures("hanbit hall.").is_empty());
+    assert!(!a.failures("It is Hanbit Hall").is_empty());
+    assert!(a.found_in("Last year's venue: Hanbit Hall"));
+    let n = AnswerCheck {
+        exact: None,
+        regex: Some(Regex::new(r"\b0?5:30\b").expect("regex")),
+        number: Some(7.0),
+        tolerance: 0.0,
+        contains: vec![],
+        ignore_case: false,
+    };
+    assert!(n.found_in("retries 7 times, at 05:30"));
+    assert!(!n.found_in("retries 17 times, at 05:30"));
+}
+
+/// A suite file with a fixture folder beside it, in a temporary folder.
+fn with_fixture(
+    server: &str,
+    extra: &str,
+    task_checks: &str,
+) -> (tempfile::TempDir, Result<Suite, EvalError>) {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir_all(dir.path().join("world")).expect("mkdir");
+    std::fs::write(dir.path().join("world/a.txt"), "a").expect("write");
+    let text = format!(
+        "tools_under_study = [\"t\"]\n{extra}\n[server]\n{server}\n\n[[task]]\nid = \"x\"\nprompt = \"p\"\n\
+         split = \"test\"\n{task_checks}\n"
+    );
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, &text).expect("write");
+    let r = Suite::load(&path);
+    (dir, r)
+}
+
+#[test]
+fn a_fixture_suite_keeps_the_fixture_variable_for_each_rollout_and_checks_files() {
+    let (dir, r) = with_fixture(
+        "command = \"srv\"\nargs = [\"--root\", \"${FIXTURE_DIR}\"]",
+        "[fixture]\npath = \"world\"\n[host]\nsystem_prompt = \"Be brief.\"",
+        "expect_file = [{ path = \"a.txt\", contains = [\"a\"] }, { path = \"gone.txt\", exists = false }]",
+    );
+    let s = r.unwrap_or_else(|e| panic!("{e}"));
+    let f = s.fixture.as_ref().expect("fixture");
+    assert!(f.source.ends_with("world"));
+    assert_eq!(
+        f.digest,
+        crate::fixture::digest(&dir.path().join("world")).expect("digest")
+    );
+    assert_eq!(s.world_digest(), f.digest);
+    assert_eq!(s.system_prompt.as_deref(), Some("Be brief."));
+    let Transport::Stdio { args, .. } = &s.server.transport else {
+        panic!("stdio")
+    };
+    assert_eq!(args[1], "${FIXTURE_DIR}");
+    assert_eq!(s.tasks[0].expect_files.len(), 2);
+    assert!(!s.tasks[0].expect_files[1].exists);
+    // A world check is a check group of its own.
+    let r = s.tasks[0].check_with_world(
+        Some("ok"),
+        &["t"],
+        &[(true, "a".into()), (false, "b".into())],
+    );
+    assert!(!r.success);
+    assert!((r.score - 0.5).abs() < 1e-12);
+    assert!(r.feedback.contains('b'));
+}
+
+#[test]
+fn fixture_mistakes_are_named() {
+    let cases = [
+        // The variable without a fixture.
+        (
+            "command = \"srv\"\nargs = [\"${FIXTURE_DIR}\"]",
+            "",
+            "answer.contains = \"a\"",
+            "needs a [fixture]",
+        ),
+        // A fixture the server never uses.
+        (
+            "command = \"srv\"",
+            "[fixture]\npath = \"world\"",
+            "answer.contains = \"a\"",
+            "never names ${FIXTURE_DIR}",
+        ),
+        // A fixture for a URL server.
+        (
+            "url = \"http://127.0.0.1:1/mcp\"",
+            "[fixture]\npath = \"world\"",
+            "answer.contains = \"a\"",
+            "needs a `command` server",
+        ),
+        // A missing fixture.
+        (
+            "command = \"${FIXTURE_DIR}/srv\"",
+            "[fixture]\npath = \"nowhere\"",
+            "answer.contains = \"a\"",
+            "does not exist",
+        ),
+        // File checks without a fixture.
+        (
+            "command = \"srv\"",
+            "",
+            "expect_file = [{ path = \"a.txt\" }]",
+            "has no [fixture]",
+        ),
+        // A path out of the fixture.
+        (
+            "command = \"${FIXTURE_DIR}/srv\"",
+            "[fixture]\npath = \"world\"",
+            "expect_file = [{ path = \"../etc/passwd\" }]",
+            "inside the fixture",
+        ),
+        // Content checks on a file that must be gone.
+        (
+            "command = \"${FIXTURE_DIR}/srv\"",
+            "[fixture]\npath = \"world\"",
+            "expect_file = [{ path = \"a.txt\", exists = false, contains = [\"a\"] }]",
+            "cannot be combined",
+        ),
+        // A reset command with a bad timeout.
+        (
+            "command = \"srv\"",
+            "[reset]\ncommand = \"true\"\ntimeout_secs = 0",
+            "answer.contains = \"a\"",
+            "reset.timeout_secs",
+        ),
+        // An empty host prompt.
+        (
+            "command = \"srv\"",
+            "[host]\nsystem_prompt = \" \"",
+            "answer.contains = \"a\"",
+            "host.system_prompt",
+        ),
+    ];
+    for (server, extra, checks, want) in cases {
+        let (_dir, r) = with_fixture(server, extra, checks);
+        let msg = r.expect_err(want).to_string();
+        assert!(msg.contains(want), "{want:?} not in {msg:?}");
+        assert!(msg.contains("s.toml"), "{msg}");
+    }
+}
