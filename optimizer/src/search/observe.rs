@@ -1,0 +1,509 @@
+//! Taking in results: [`Search::observe`] checks an outcome against the pending action, then takes evaluations,
+//! proposals and screens, with GEPA's acceptance rule and the k-best choice among screened proposals.
+
+use super::{Phase, Search};
+use crate::candidate::{CandidateStatus, FailedProposal, MinibatchTrial, Origin};
+use crate::protocol::{Observation, Outcome};
+use crate::{CandidateId, OptimizerError, Scores, TaskId};
+use std::collections::BTreeMap;
+
+impl Search {
+    /// Feeds back the result of the pending action. On error nothing changes.
+    pub fn observe(&mut self, obs: Observation) -> Result<(), OptimizerError> {
+        if !self.issued || matches!(self.phase, Phase::Stopped(_) | Phase::Idle) {
+            return Err(OptimizerError::NothingPending);
+        }
+        self.check(&obs.outcome)?;
+        self.spent.elapsed_ms = self.spent.elapsed_ms.max(obs.elapsed_ms);
+        self.stop_requested |= obs.stop_requested;
+        match &obs.outcome {
+            Outcome::Evaluated {
+                rollouts, screened, ..
+            } => {
+                self.spent.rollouts += rollouts;
+                self.spent.screened += screened;
+            }
+            Outcome::Screened { screened, .. } => self.spent.screened += screened,
+            Outcome::Proposed {
+                reflection_tokens, ..
+            }
+            | Outcome::ProposalFailed {
+                reflection_tokens, ..
+            }
+            | Outcome::ProposedMany {
+                reflection_tokens, ..
+            } => self.spent.reflection_tokens += reflection_tokens,
+        }
+        self.issued = false;
+        let phase = std::mem::replace(&mut self.phase, Phase::Idle);
+        match (phase, obs.outcome) {
+            (Phase::SeedEval, Outcome::Evaluated { scores, .. }) => {
+                self.candidates[0].validation = scores;
+                self.enter_pool(CandidateId(0));
+                // Seeding is not an iteration: patience counts from here.
+                self.improved_this_iteration = false;
+            }
+            (Phase::ParentMinibatch { parent, tasks }, Outcome::Evaluated { scores, .. }) => {
+                let perfect = self
+                    .config
+                    .perfect_score
+                    .is_some_and(|p| scores.values().all(|&s| s >= p));
+                if perfect {
+                    self.spent.skipped_perfect += 1;
+                    self.end_iteration();
+                } else {
+                    let tool = self.config.tools[self.next_tool % self.config.tools.len()].clone();
+                    self.next_tool = (self.next_tool + 1) % self.config.tools.len();
+                    self.spent.reflections += 1;
+                    self.phase = Phase::Reflect {
+                        parent,
+                        tool,
+                        tasks,
+                        parent_scores: scores,
+                    };
+                }
+            }
+            (
+                Phase::Reflect {
+                    parent,
+                    tool,
+                    tasks,
+                    parent_scores,
+                },
+                outcome,
+            ) => self.take_proposals(parent, tool, tasks, parent_scores, outcome),
+            (
+                Phase::ScreenChildren {
+                    parent,
+                    children,
+                    minibatch,
+                    tasks,
+                },
+                Outcome::Screened { scores, .. },
+            ) => self.take_screen(parent, children, minibatch, tasks, scores),
+            (Phase::ChildMinibatch { child, .. }, Outcome::Evaluated { scores, .. }) => {
+                if self.minibatch_trial(child, scores) {
+                    self.candidates[child.0 as usize].status = CandidateStatus::Validating;
+                    self.phase = Phase::FullEval {
+                        candidate: child,
+                        tasks: self.validation.clone(),
+                    };
+                }
+            }
+            (Phase::FullEval { candidate, .. }, Outcome::Evaluated { scores, .. }) => {
+                self.candidates[candidate.0 as usize]
+                    .validation
+                    .extend(scores);
+                self.validated(candidate);
+            }
+            (
+                Phase::MergeEval {
+                    candidate,
+                    a,
+                    b,
+                    tasks,
+                    ..
+                },
+                Outcome::Evaluated { scores, .. },
+            ) => {
+                let sum_on = |id: CandidateId| -> f64 {
+                    let v = &self.candidates[id.0 as usize].validation;
+                    tasks.iter().map(|t| v[t]).sum()
+                };
+                let to_beat = sum_on(a).max(sum_on(b));
+                let score: f64 = scores.values().sum();
+                self.candidates[candidate.0 as usize].validation = scores;
+                if score >= to_beat {
+                    self.spent.merges_accepted += 1;
+                    self.merges_due = self.merges_due.saturating_sub(1);
+                    let rest: Vec<TaskId> = self
+                        .validation
+                        .iter()
+                        .filter(|t| !tasks.contains(t))
+                        .cloned()
+                        .collect();
+                    if rest.is_empty() {
+                        self.enter_pool(candidate);
+                        self.end_iteration();
+                    } else {
+                        self.candidates[candidate.0 as usize].status = CandidateStatus::Validating;
+                        self.phase = Phase::FullEval {
+                            candidate,
+                            tasks: rest,
+                        };
+                    }
+                } else {
+                    self.candidates[candidate.0 as usize].status =
+                        CandidateStatus::Rejected { score, to_beat };
+                    self.end_iteration();
+                }
+            }
+            (phase, _) => unreachable!("`check` admitted an outcome that does not fit {phase:?}"),
+        }
+        Ok(())
+    }
+
+    /// A candidate's validation is complete: it joins the pool, and a reflection child makes a merge due.
+    fn validated(&mut self, candidate: CandidateId) {
+        self.enter_pool(candidate);
+        if matches!(
+            self.candidates[candidate.0 as usize].origin,
+            Origin::Reflection { .. }
+        ) {
+            self.last_found_new = true;
+            if self.spent.merges_tried + self.merges_due < self.config.max_merges {
+                self.merges_due += 1;
+            }
+        }
+        self.end_iteration();
+    }
+
+    /// The reflector's answer: usable proposals become children (one without screening, all of them with it).
+    fn take_proposals(
+        &mut self,
+        parent: CandidateId,
+        tool: String,
+        tasks: Vec<TaskId>,
+        parent_scores: Scores,
+        outcome: Outcome,
+    ) {
+        let current = self.candidates[parent.0 as usize].descriptions[&tool].clone();
+        let (offered, mut refused): (Vec<(String, Option<String>)>, Vec<String>) = match outcome {
+            Outcome::Proposed {
+                description,
+                diagnosis,
+                ..
+            } => (vec![(description, diagnosis)], Vec::new()),
+            Outcome::ProposedMany {
+                proposals,
+                failures,
+                ..
+            } => (proposals, failures),
+            Outcome::ProposalFailed { reason, .. } => (Vec::new(), vec![reason]),
+            Outcome::Evaluated { .. } | Outcome::Screened { .. } => {
+                unreachable!("`check` admits only proposals while reflecting")
+            }
+        };
+        let mut usable: Vec<(String, Option<String>)> = Vec::new();
+        for (description, diagnosis) in offered {
+            if description.trim().is_empty() {
+                refused.push("empty".into());
+            } else if description.trim() == current.trim() {
+                refused.push("unchanged".into());
+            } else if usable.iter().any(|(d, _)| d.trim() == description.trim()) {
+                refused.push("the same as another proposal of this reflection".into());
+            } else {
+                usable.push((description, diagnosis));
+            }
+        }
+        let screening = self.config.screening.clone();
+        if screening.is_none() {
+            usable.truncate(1);
+        }
+        if usable.is_empty() {
+            self.spent.failed_proposals += 1;
+            self.failed.push(FailedProposal {
+                iteration: self.spent.iterations,
+                parent,
+                tool,
+                reason: refused.join("; "),
+            });
+            self.end_iteration();
+            return;
+        }
+        self.spent.proposals += usable.len() as u32;
+        let mut children = Vec::with_capacity(usable.len());
+        for (description, diagnosis) in usable {
+            let mut descriptions = self.candidates[parent.0 as usize].descriptions.clone();
+            descriptions.insert(tool.clone(), description);
+            let child = self.add_candidate(
+                descriptions,
+                vec![parent],
+                Origin::Reflection {
+                    tool: tool.clone(),
+                    diagnosis,
+                },
+            );
+            self.candidates[child.0 as usize].minibatch = Some(MinibatchTrial {
+                tasks: tasks.clone(),
+                parent_scores: parent_scores.clone(),
+                child_scores: None,
+            });
+            children.push(child);
+        }
+        match screening {
+            None => {
+                self.phase = Phase::ChildMinibatch {
+                    child: children[0],
+                    tasks,
+                }
+            }
+            Some(sc) => {
+                let mut screen_tasks = tasks.clone();
+                let extra = if sc.on_validation {
+                    &self.validation
+                } else {
+                    &self.screen_sample
+                };
+                for t in extra {
+                    if !screen_tasks.contains(t) {
+                        screen_tasks.push(t.clone());
+                    }
+                }
+                self.phase = Phase::ScreenChildren {
+                    parent,
+                    children,
+                    minibatch: tasks,
+                    tasks: screen_tasks,
+                };
+            }
+        }
+    }
+
+    /// The screen of a reflection's proposals: the best goes on, the others are screened out.
+    fn take_screen(
+        &mut self,
+        parent: CandidateId,
+        children: Vec<CandidateId>,
+        minibatch: Vec<TaskId>,
+        tasks: Vec<TaskId>,
+        mut scores: BTreeMap<CandidateId, Scores>,
+    ) {
+        let sc = self
+            .config
+            .screening
+            .clone()
+            .expect("a screen phase exists only with screening on");
+        let parent_screen = scores.remove(&parent).unwrap_or_default();
+        let parent_mean = mean_over(&parent_screen, &tasks);
+        self.candidates[parent.0 as usize]
+            .screen
+            .extend(parent_screen);
+        let (best, _) = pick_best(&children, &scores, &tasks, &minibatch);
+        for &c in &children {
+            let s = scores.remove(&c).unwrap_or_default();
+            let cand = &mut self.candidates[c.0 as usize];
+            let mean = mean_over(&s, &tasks);
+            cand.screen = s;
+            if c != best {
+                cand.status = CandidateStatus::ScreenedOut {
+                    screen: mean,
+                    parent: parent_mean,
+                };
+                self.spent.screened_out += 1;
+            }
+        }
+        let best_screen = self.candidates[best.0 as usize].screen.clone();
+        let best_mean = mean_over(&best_screen, &tasks);
+        if !sc.decisive {
+            if best_mean + sc.margin >= parent_mean {
+                self.phase = Phase::ChildMinibatch {
+                    child: best,
+                    tasks: minibatch,
+                };
+            } else {
+                self.candidates[best.0 as usize].status = CandidateStatus::ScreenedOut {
+                    screen: best_mean,
+                    parent: parent_mean,
+                };
+                self.spent.screened_out += 1;
+                self.end_iteration();
+            }
+            return;
+        }
+        // Decisive: the screen is the objective, so the minibatch part of it is the child's minibatch trial and
+        // GEPA's acceptance rule applies to it as it would to rollouts.
+        let child_mb: Scores = minibatch
+            .iter()
+            .filter_map(|t| best_screen.get(t).map(|v| (t.clone(), *v)))
+            .collect();
+        if !self.minibatch_trial(best, child_mb) {
+            return;
+        }
+        let c = &mut self.candidates[best.0 as usize];
+        if self.validation.iter().all(|t| best_screen.contains_key(t)) {
+            c.validation = self
+                .validation
+                .iter()
+                .map(|t| (t.clone(), best_screen[t]))
+                .collect();
+            self.validated(best);
+        } else {
+            c.status = CandidateStatus::Validating;
+            self.phase = Phase::FullEval {
+                candidate: best,
+                tasks: self.validation.clone(),
+            };
+        }
+    }
+
+    /// GEPA's acceptance rule on a child's minibatch scores (rollouts, or a decisive screen): strictly better than
+    /// its parent's sum. Records the scores; a rejected child is marked and ends the iteration.
+    fn minibatch_trial(&mut self, child: CandidateId, scores: Scores) -> bool {
+        let c = &mut self.candidates[child.0 as usize];
+        let trial = c
+            .minibatch
+            .as_mut()
+            .expect("a reflection child carries its minibatch trial");
+        let to_beat: f64 = trial.parent_scores.values().sum();
+        let score: f64 = scores.values().sum();
+        trial.child_scores = Some(scores);
+        if score > to_beat {
+            self.spent.accepted += 1;
+            true
+        } else {
+            c.status = CandidateStatus::Rejected { score, to_beat };
+            self.spent.rejected += 1;
+            self.end_iteration();
+            false
+        }
+    }
+
+    /// Checks that an outcome answers the pending action, without changing anything.
+    fn check(&self, outcome: &Outcome) -> Result<(), OptimizerError> {
+        if let Phase::ScreenChildren {
+            parent,
+            children,
+            tasks,
+            ..
+        } = &self.phase
+        {
+            let Outcome::Screened { scores, .. } = outcome else {
+                return Err(OptimizerError::UnexpectedOutcome {
+                    expected: "a screen",
+                    got: outcome.kind(),
+                });
+            };
+            for c in std::iter::once(parent).chain(children) {
+                let s = scores.get(c).ok_or_else(|| OptimizerError::MissingScore {
+                    candidate: *c,
+                    task: tasks.first().cloned().unwrap_or_default(),
+                })?;
+                check_scores(*c, tasks, s)?;
+            }
+            if let Some(extra) = scores
+                .keys()
+                .find(|k| *k != parent && !children.contains(k))
+            {
+                return Err(OptimizerError::WrongCandidate {
+                    expected: *parent,
+                    got: *extra,
+                });
+            }
+            return Ok(());
+        }
+        let expected = match &self.phase {
+            Phase::SeedEval => Some((CandidateId(0), &self.validation)),
+            Phase::ParentMinibatch { parent, tasks } => Some((*parent, tasks)),
+            Phase::ChildMinibatch { child, tasks } => Some((*child, tasks)),
+            Phase::FullEval { candidate, tasks }
+            | Phase::MergeEval {
+                candidate, tasks, ..
+            } => Some((*candidate, tasks)),
+            Phase::Reflect { .. } => None,
+            Phase::ScreenChildren { .. } => unreachable!("handled above"),
+            Phase::Idle | Phase::Stopped(_) => return Err(OptimizerError::NothingPending),
+        };
+        match (expected, outcome) {
+            (
+                Some((want, tasks)),
+                Outcome::Evaluated {
+                    candidate, scores, ..
+                },
+            ) => {
+                if *candidate != want {
+                    return Err(OptimizerError::WrongCandidate {
+                        expected: want,
+                        got: *candidate,
+                    });
+                }
+                check_scores(want, tasks, scores)
+            }
+            (
+                None,
+                Outcome::Proposed { .. }
+                | Outcome::ProposalFailed { .. }
+                | Outcome::ProposedMany { .. },
+            ) => Ok(()),
+            (Some(_), other) => Err(OptimizerError::UnexpectedOutcome {
+                expected: "an evaluation",
+                got: other.kind(),
+            }),
+            (None, other) => Err(OptimizerError::UnexpectedOutcome {
+                expected: "a proposal",
+                got: other.kind(),
+            }),
+        }
+    }
+}
+
+/// Mean of `scores` over `tasks` (a missing task counts 0, so a candidate cannot gain by lacking a score).
+pub fn mean_over(scores: &Scores, tasks: &[TaskId]) -> f64 {
+    if tasks.is_empty() {
+        return 0.0;
+    }
+    tasks
+        .iter()
+        .map(|t| scores.get(t).copied().unwrap_or(0.0))
+        .sum::<f64>()
+        / tasks.len() as f64
+}
+
+/// The k-best choice among a reflection's screened proposals: the highest mean screen score over `tasks`; a tie
+/// goes to the higher sum on the minibatch (what GEPA's acceptance is decided on), then to the earlier proposal.
+/// Returns the chosen candidate and its mean. `candidates` must not be empty.
+pub fn pick_best(
+    candidates: &[CandidateId],
+    scores: &BTreeMap<CandidateId, Scores>,
+    tasks: &[TaskId],
+    minibatch: &[TaskId],
+) -> (CandidateId, f64) {
+    let empty = Scores::new();
+    let key = |c: &CandidateId| {
+        let s = scores.get(c).unwrap_or(&empty);
+        (mean_over(s, tasks), mean_over(s, minibatch))
+    };
+    let mut best = candidates[0];
+    let mut best_key = key(&best);
+    for c in &candidates[1..] {
+        let k = key(c);
+        if k.0 > best_key.0 || (k.0 == best_key.0 && k.1 > best_key.1) {
+            best = *c;
+            best_key = k;
+        }
+    }
+    (best, best_key.0)
+}
+
+/// Checks that `scores` holds exactly `tasks`, each in [0, 1].
+fn check_scores(
+    want: CandidateId,
+    tasks: &[TaskId],
+    scores: &Scores,
+) -> Result<(), OptimizerError> {
+    for t in tasks {
+        match scores.get(t) {
+            None => {
+                return Err(OptimizerError::MissingScore {
+                    candidate: want,
+                    task: t.clone(),
+                });
+            }
+            Some(&s) if !(0.0..=1.0).contains(&s) => {
+                return Err(OptimizerError::InvalidScore {
+                    candidate: want,
+                    task: t.clone(),
+                    score: s,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(extra) = scores.keys().find(|k| !tasks.contains(k)) {
+        return Err(OptimizerError::UnexpectedTask {
+            candidate: want,
+            task: extra.clone(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,411 @@
+//! Tests of the search state machine: the seed's validation, acceptance, round-robin over tools, failed proposals,
+//! refused observations, stops, budgets and minibatch epochs.
+
+use super::*;
+use crate::config::Budget;
+use crate::protocol::{Action, Observation};
+
+fn tasks(prefix: &str, n: usize) -> Vec<TaskId> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+fn seed_descriptions(tools: &[&str]) -> Descriptions {
+    tools
+        .iter()
+        .map(|t| (t.to_string(), format!("{t} v0")))
+        .collect()
+}
+
+fn search(tools: &[&str], config: impl FnOnce(Config) -> Config) -> Search {
+    let c = config(Config {
+        max_iterations: Some(100),
+        ..Config::new(tools.iter().copied())
+    });
+    Search::new(c, seed_descriptions(tools), tasks("t", 6), tasks("v", 4), 7).expect("valid search")
+}
+
+/// Answers the pending evaluation with `score(task)` for every task asked, one rollout per task.
+fn answer(s: &mut Search, score: impl Fn(&str) -> f64) -> Action {
+    let a = s.next();
+    let (candidate, tasks) = match &a {
+        Action::EvaluateFull {
+            candidate, tasks, ..
+        }
+        | Action::EvaluateMinibatch {
+            candidate, tasks, ..
+        }
+        | Action::Merge {
+            candidate, tasks, ..
+        } => (*candidate, tasks.clone()),
+        other => panic!("expected an evaluation, got {other:?}"),
+    };
+    let scores: Scores = tasks.iter().map(|t| (t.clone(), score(t))).collect();
+    s.observe(Observation::evaluated(
+        candidate,
+        scores,
+        tasks.len() as u64,
+        0,
+    ))
+    .expect("a valid evaluation");
+    a
+}
+
+fn propose(s: &mut Search, text: &str) -> String {
+    let Action::Reflect { tool, .. } = s.next() else {
+        panic!("expected a reflection")
+    };
+    s.observe(Observation::proposed(
+        text.into(),
+        Some("why".into()),
+        10,
+        0,
+    ))
+    .expect("a proposal is expected");
+    tool
+}
+
+#[test]
+fn the_seed_is_validated_first_and_next_repeats_the_pending_action() {
+    let mut s = search(&["a"], |c| c);
+    let first = s.next();
+    assert_eq!(first, s.next(), "next is idempotent until observed");
+    let Action::EvaluateFull {
+        candidate,
+        tasks,
+        descriptions,
+    } = first
+    else {
+        panic!("expected the seed's validation")
+    };
+    assert_eq!((candidate, tasks.len()), (CandidateId(0), 4));
+    assert_eq!(descriptions["a"], "a v0");
+    answer(&mut s, |_| 0.0);
+    assert_eq!(s.best().map(|c| c.id), Some(CandidateId(0)));
+    assert_eq!(s.candidates()[0].status, CandidateStatus::InPool);
+}
+
+#[test]
+fn a_child_is_accepted_only_on_strict_minibatch_improvement() {
+    let mut s = search(&["a"], |c| c);
+    answer(&mut s, |_| 0.0);
+    // Parent scores 1 on its first minibatch task only; an equal child is rejected.
+    let Action::EvaluateMinibatch { tasks, .. } = s.next() else {
+        panic!("parent minibatch")
+    };
+    assert_eq!(tasks.len(), 3);
+    let first = tasks[0].clone();
+    let f = first.clone();
+    answer(&mut s, move |t| if t == f { 1.0 } else { 0.0 });
+    propose(&mut s, "a v1");
+    let f = first.clone();
+    answer(&mut s, move |t| if t == f { 1.0 } else { 0.0 });
+    assert_eq!(
+        s.candidates()[1].status,
+        CandidateStatus::Rejected {
+            score: 1.0,
+            to_beat: 1.0
+        }
+    );
+    assert_eq!((s.spent().rejected, s.spent().iterations), (1, 1));
+    // Next iteration: a child that gains on the minibatch goes to full validation.
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, "a v2");
+    answer(&mut s, |_| 0.5);
+    let Action::EvaluateFull {
+        candidate, tasks, ..
+    } = s.next()
+    else {
+        panic!("full validation")
+    };
+    assert_eq!((candidate, tasks), (CandidateId(2), tasks_of(&s)));
+    assert_eq!(s.candidates()[2].status, CandidateStatus::Validating);
+    answer(&mut s, |_| 0.25);
+    assert_eq!(s.best().map(|c| c.id), Some(CandidateId(2)));
+    assert_eq!(s.spent().accepted, 1);
+    assert_eq!(s.spent().since_improvement, 0);
+    let trial = s.candidates()[2].minibatch.clone().expect("trial recorded");
+    assert_eq!(trial.child_scores.map(|c| c.len()), Some(3));
+}
+
+fn tasks_of(s: &Search) -> Vec<TaskId> {
+    s.validation_tasks().to_vec()
+}
+
+#[test]
+fn tools_are_mutated_round_robin() {
+    let mut s = search(&["a", "b", "c"], |c| c);
+    answer(&mut s, |_| 0.0);
+    let mut order = Vec::new();
+    for i in 0..7 {
+        answer(&mut s, |_| 0.0);
+        order.push(propose(&mut s, &format!("new {i}")));
+        // Alternate rejections and acceptances: the order must not depend on them.
+        let accept = i % 2 == 0;
+        answer(&mut s, move |_| if accept { 1.0 } else { 0.0 });
+        if accept {
+            answer(&mut s, |_| 0.1);
+        }
+    }
+    assert_eq!(order, ["a", "b", "c", "a", "b", "c", "a"]);
+}
+
+#[test]
+fn failed_empty_and_unchanged_proposals_are_recorded_and_cost_tokens() {
+    let mut s = search(&["a"], |c| c);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    assert!(matches!(s.next(), Action::Reflect { .. }));
+    s.observe(Observation::proposal_failed(
+        "no DESCRIPTION: line".into(),
+        40,
+        0,
+    ))
+    .expect("a proposal is expected");
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, "  ");
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, " a v0 ");
+    let reasons: Vec<&str> = s
+        .failed_proposals()
+        .iter()
+        .map(|f| f.reason.as_str())
+        .collect();
+    assert_eq!(reasons, ["no DESCRIPTION: line", "empty", "unchanged"]);
+    assert_eq!(s.spent().reflection_tokens, 60);
+    assert_eq!(
+        (
+            s.spent().failed_proposals,
+            s.spent().iterations,
+            s.candidates().len()
+        ),
+        (3, 3, 1)
+    );
+}
+
+#[test]
+fn a_perfect_parent_is_not_reflected_on() {
+    let mut s = search(&["a"], |c| c);
+    answer(&mut s, |_| 1.0);
+    answer(&mut s, |_| 1.0);
+    assert!(matches!(
+        s.next(),
+        Action::EvaluateMinibatch {
+            candidate: CandidateId(0),
+            ..
+        }
+    ));
+    assert_eq!(s.spent().skipped_perfect, 1);
+    assert_eq!(s.spent().reflections, 0);
+}
+
+#[test]
+fn bad_observations_are_refused_without_changing_anything() {
+    let mut s = search(&["a"], |c| c);
+    let obs = |scores: &[(&str, f64)], c: u32| {
+        Observation::evaluated(
+            CandidateId(c),
+            scores.iter().map(|(t, v)| (t.to_string(), *v)).collect(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(s.observe(obs(&[], 0)), Err(OptimizerError::NothingPending));
+    s.next();
+    let before = serde_json::to_string(&s).expect("serialises");
+    let full = [("v0", 0.0), ("v1", 0.0), ("v2", 0.0), ("v3", 0.0)];
+    assert!(matches!(
+        s.observe(obs(&full, 1)),
+        Err(OptimizerError::WrongCandidate { .. })
+    ));
+    assert!(matches!(
+        s.observe(obs(&full[..3], 0)),
+        Err(OptimizerError::MissingScore { .. })
+    ));
+    let mut extra = full.to_vec();
+    extra.push(("t0", 1.0));
+    assert!(matches!(
+        s.observe(obs(&extra, 0)),
+        Err(OptimizerError::UnexpectedTask { .. })
+    ));
+    let mut bad = full;
+    bad[2].1 = f64::NAN;
+    assert!(matches!(
+        s.observe(obs(&bad, 0)),
+        Err(OptimizerError::InvalidScore { .. })
+    ));
+    assert_eq!(
+        s.observe(Observation::proposed("x".into(), None, 1, 0)),
+        Err(OptimizerError::UnexpectedOutcome {
+            expected: "an evaluation",
+            got: "a proposal"
+        })
+    );
+    assert_eq!(serde_json::to_string(&s).expect("serialises"), before);
+    s.observe(obs(&full, 0)).expect("the right answer is taken");
+}
+
+#[test]
+fn stop_requests_and_limits_end_the_search() {
+    // A stop requested with an observation takes effect before the next action.
+    let mut s = search(&["a"], |c| c);
+    let Action::EvaluateFull { tasks, .. } = s.next() else {
+        panic!("seed")
+    };
+    let scores = tasks.iter().map(|t| (t.clone(), 0.0)).collect();
+    s.observe(Observation::evaluated(CandidateId(0), scores, 4, 10).with_stop_requested())
+        .expect("valid");
+    assert_eq!(s.next(), Action::Stop(StopReason::StopRequested));
+    assert_eq!(s.next(), Action::Stop(StopReason::StopRequested));
+    assert_eq!(s.stopped(), Some(StopReason::StopRequested));
+    assert_eq!(
+        s.observe(Observation::proposed("x".into(), None, 0, 0)),
+        Err(OptimizerError::NothingPending)
+    );
+    // request_stop in the middle of an iteration abandons the trial candidate.
+    let mut s = search(&["a"], |c| c);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, "a v1");
+    s.request_stop();
+    assert_eq!(s.next(), Action::Stop(StopReason::StopRequested));
+    assert_eq!(s.candidates()[1].status, CandidateStatus::Abandoned);
+    // Wall time is whatever the driver reports.
+    let mut s = search(&["a"], |c| Config {
+        budget: Budget {
+            max_wall_ms: Some(1_000),
+            ..Budget::default()
+        },
+        ..c
+    });
+    let Action::EvaluateFull { tasks, .. } = s.next() else {
+        panic!("seed")
+    };
+    let scores = tasks.iter().map(|t| (t.clone(), 0.0)).collect();
+    s.observe(Observation::evaluated(CandidateId(0), scores, 4, 1_000))
+        .expect("valid");
+    assert_eq!(s.next(), Action::Stop(StopReason::WallTime));
+    assert_eq!(s.spent().elapsed_ms, 1_000);
+}
+
+#[test]
+fn budgets_count_what_was_reported() {
+    let mut s = search(&["a"], |c| Config {
+        budget: Budget {
+            max_rollouts: Some(10),
+            max_reflection_tokens: Some(25),
+            ..Budget::default()
+        },
+        ..c
+    });
+    answer(&mut s, |_| 0.0); // 4 rollouts
+    answer(&mut s, |_| 0.0); // 7
+    propose(&mut s, "a v1"); // 10 tokens
+    answer(&mut s, |_| 0.0); // 10 rollouts: rejected, budget reached
+    assert_eq!((s.spent().rollouts, s.spent().reflection_tokens), (10, 10));
+    assert_eq!(s.next(), Action::Stop(StopReason::RolloutBudget));
+    let mut s = search(&["a"], |c| Config {
+        budget: Budget {
+            max_reflection_tokens: Some(20),
+            ..Budget::default()
+        },
+        ..c
+    });
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, "a new 0");
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    propose(&mut s, "a new 1");
+    // The second proposal spends the last tokens: the run stops before even trying the child.
+    assert_eq!(s.spent().reflection_tokens, 20);
+    assert_eq!(s.next(), Action::Stop(StopReason::TokenBudget));
+    assert_eq!(s.candidates()[2].status, CandidateStatus::Abandoned);
+}
+
+#[test]
+fn patience_threshold_and_iteration_cap() {
+    let mut s = search(&["a"], |c| Config {
+        patience: Some(2),
+        ..c
+    });
+    answer(&mut s, |_| 0.0);
+    for i in 0..2 {
+        answer(&mut s, |_| 0.0);
+        propose(&mut s, &format!("a new {i}"));
+        answer(&mut s, |_| 0.0);
+    }
+    assert_eq!(s.next(), Action::Stop(StopReason::Patience));
+    let mut s = search(&["a"], |c| Config {
+        score_threshold: Some(0.5),
+        ..c
+    });
+    answer(&mut s, |_| 0.5);
+    assert_eq!(s.next(), Action::Stop(StopReason::ScoreThreshold));
+    let mut s = search(&["a"], |c| Config {
+        max_iterations: Some(1),
+        ..c
+    });
+    answer(&mut s, |_| 1.0);
+    answer(&mut s, |_| 1.0); // perfect: skipped, still an iteration
+    assert_eq!(s.next(), Action::Stop(StopReason::MaxIterations));
+}
+
+#[test]
+fn construction_checks_tools_and_splits() {
+    let c = Config {
+        max_iterations: Some(1),
+        ..Config::new(["a", "zzz"])
+    };
+    let e = Search::new(
+        c,
+        seed_descriptions(&["a"]),
+        tasks("t", 2),
+        tasks("v", 2),
+        1,
+    );
+    assert_eq!(e, Err(OptimizerError::UnknownTool { tool: "zzz".into() }));
+    let c = Config {
+        max_iterations: Some(1),
+        ..Config::new(["a"])
+    };
+    let e = Search::new(
+        c.clone(),
+        seed_descriptions(&["a"]),
+        vec![],
+        tasks("v", 2),
+        1,
+    );
+    assert!(matches!(
+        e,
+        Err(OptimizerError::InvalidTasks { split: "train", .. })
+    ));
+    let dup = vec!["v0".to_string(), "v0".to_string()];
+    let e = Search::new(c, seed_descriptions(&["a"]), tasks("t", 2), dup, 1);
+    assert!(matches!(
+        e,
+        Err(OptimizerError::InvalidTasks {
+            split: "validation",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn minibatches_walk_shuffled_epochs_without_repeats() {
+    let mut s = search(&["a"], |c| Config {
+        minibatch_size: 4,
+        ..c
+    });
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let b = s.next_minibatch();
+        let distinct: BTreeSet<&TaskId> = b.iter().collect();
+        assert_eq!((b.len(), distinct.len()), (4, 4));
+        seen.extend(b);
+    }
+    // 24 draws over 6 tasks: every task drawn, and no task more than 5 times (epochs of 6).
+    for t in s.train_tasks() {
+        let n = seen.iter().filter(|x| *x == t).count();
+        assert!((3..=5).contains(&n), "{t}: {n}");
+    }
+}
