@@ -129,21 +129,22 @@ impl Phase {
         }
     }
 
+    /// Every phase, for reading a stored word back through the one table in `Display`.
+    const ALL: [Phase; 9] = [
+        Phase::Validation { screened: false },
+        Phase::Validation { screened: true },
+        Phase::Minibatch { screened: false },
+        Phase::Minibatch { screened: true },
+        Phase::Merge { screened: false },
+        Phase::Merge { screened: true },
+        Phase::Test,
+        Phase::Screen,
+        Phase::ScreenParent,
+    ];
+
     /// Reads the stored word.
     pub fn parse(word: &str) -> Option<Phase> {
-        let (base, screened) = match word.strip_suffix(" (screen)") {
-            Some(b) => (b, true),
-            None => (word, false),
-        };
-        Some(match (base, screened) {
-            ("validation", s) => Phase::Validation { screened: s },
-            ("minibatch", s) => Phase::Minibatch { screened: s },
-            ("merge", s) => Phase::Merge { screened: s },
-            ("test", false) => Phase::Test,
-            ("screen", false) => Phase::Screen,
-            ("screen (parent)", false) => Phase::ScreenParent,
-            _ => return None,
-        })
+        Phase::ALL.into_iter().find(|p| p.to_string() == word)
     }
 }
 

@@ -128,12 +128,19 @@ impl Ctx<'_> {
         let examples = self.reflective_examples(parent_descriptions, tasks).await?;
         // The questions a scope proposal lists: the minibatch and the screen sample, as screened first moves. The
         // gate screens the parent on exactly these tasks, so this adds no model time (the screens are cached).
-        let scope_examples = if k > 1 {
-            let mut all = tasks.to_vec();
-            all.extend(evidence.iter().filter(|t| !tasks.contains(t)).cloned());
-            self.screen_examples(parent_descriptions, &all).await?
-        } else {
+        let extra: Vec<String> = evidence
+            .iter()
+            .filter(|t| !tasks.contains(t))
+            .cloned()
+            .collect();
+        let scope_examples = if k <= 1 {
             Vec::new()
+        } else if extra.is_empty() && self.decisive() {
+            // The minibatch's screens are the examples already made above.
+            examples.clone()
+        } else {
+            let all: Vec<String> = tasks.iter().cloned().chain(extra).collect();
+            self.screen_examples(parent_descriptions, &all).await?
         };
         let schema = self
             .server_tools
