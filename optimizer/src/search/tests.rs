@@ -323,6 +323,36 @@ fn budgets_count_what_was_reported() {
 }
 
 #[test]
+fn no_iteration_is_started_that_the_rollouts_left_cannot_bring_to_a_decision() {
+    // Seed 4 rollouts, then an iteration of 3 + 3 whose child is rejected: 10 spent. An iteration needs 6.
+    for (budget, starts) in [(15, false), (16, true)] {
+        let mut s = search(&["a"], |c| Config {
+            budget: Budget {
+                max_rollouts: Some(budget),
+                ..Budget::default()
+            },
+            ..c
+        });
+        answer(&mut s, |_| 0.0);
+        answer(&mut s, |_| 0.0);
+        propose(&mut s, "a v1");
+        answer(&mut s, |_| 0.0);
+        assert_eq!(s.spent().rollouts, 10);
+        let next = s.next();
+        if starts {
+            assert!(
+                matches!(next, Action::EvaluateMinibatch { .. }),
+                "budget {budget}: {next:?}"
+            );
+        } else {
+            // Not a parent minibatch thrown away when the budget ends before the child's.
+            assert_eq!(next, Action::Stop(StopReason::RolloutBudget), "budget {budget}");
+            assert_eq!(s.spent().rollouts, 10);
+        }
+    }
+}
+
+#[test]
 fn patience_threshold_and_iteration_cap() {
     let mut s = search(&["a"], |c| Config {
         patience: Some(2),
