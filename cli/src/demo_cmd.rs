@@ -29,7 +29,7 @@ const DEMO_VALIDATION_SAMPLE: usize = 8;
 /// on one task, about a second on two AVX2 cores; a rollout about five seconds in a batch of eight, more in the
 /// small batches of a minibatch). Chosen so that both searches and the held-out comparison fit a class period.
 const DEMO_BUDGET: u64 = 24;
-const DEMO_SCREENED: u64 = 120;
+const DEMO_SCREENED: u64 = 90;
 
 /// Held-out tasks the demo rolls out for the seed and each winner (of the test split's 42), balanced across
 /// owners; the rest are screened, so selection, routing and off-target selection still cover the whole split.
