@@ -35,6 +35,11 @@ pub struct WorkerArgs {
     /// jobs go to another after this long.
     #[arg(long, default_value_t = 60)]
     visibility_timeout: u64,
+    /// Seconds one call to the store or the queue may take before the worker counts the store as lost and tries
+    /// again later. It is what notices a network that drops packets without resetting connections (a broken
+    /// route between machines), where no socket error ever comes.
+    #[arg(long, default_value_t = 20.0)]
+    store_timeout: f64,
     /// A folder holding suite files and what they reference (`${SUITE_DIR}/...`); repeat for several [default:
     /// datasets/suites, when it exists here]
     #[arg(long = "suite-dir")]
@@ -71,6 +76,7 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: WorkerArgs) -
         visibility: Duration::from_secs(args.visibility_timeout.max(3)),
         suite_dirs,
         idle_exit: args.idle_exit.map(Duration::from_secs_f64),
+        store_timeout: Duration::from_secs_f64(args.store_timeout.max(0.5)),
         ..WorkerOptions::default()
     };
     let stop = Arc::new(AtomicBool::new(false));

@@ -51,6 +51,17 @@ pub enum WorkerError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] tooltune_store::StoreError),
+    /// The store or the queue did not answer in time: the link to the database may have gone silent (packets
+    /// dropped without a reset, as across a broken route), which no socket error would ever report.
+    #[error(
+        "no answer from the store within {seconds:.0} s while {doing}; the network to the database may be down"
+    )]
+    TimedOut {
+        /// What was being done.
+        doing: &'static str,
+        /// The limit.
+        seconds: f64,
+    },
     /// This machine cannot serve a suite.
     #[error("cannot serve suite `{suite}` ({digest}) here: {reason}")]
     CannotServe {

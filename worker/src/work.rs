@@ -33,6 +33,10 @@ pub struct WorkerOptions {
     pub idle_exit: Option<Duration>,
     /// How long a job that failed for want of infrastructure waits before it may be taken again.
     pub retry_delay: Duration,
+    /// How long one call to the store or the queue may take. A network cut that drops packets silently (no reset,
+    /// no FIN) leaves a query waiting forever on an open socket; past this limit the call is abandoned and the
+    /// worker treats the store as lost, as it does when the connection is refused.
+    pub store_timeout: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -44,6 +48,7 @@ impl Default for WorkerOptions {
             poll: Duration::from_millis(200),
             idle_exit: None,
             retry_delay: Duration::from_secs(2),
+            store_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -121,6 +126,22 @@ struct Counters {
     busy: AtomicBool,
 }
 
+/// `call`, a call to the store or the queue, abandoned after `limit` with [`WorkerError::TimedOut`]. sqlx checks
+/// a connection whose query was abandoned before it serves again (and closes it if the check fails), so nothing
+/// half-read is reused.
+async fn bounded<T>(
+    limit: Duration,
+    doing: &'static str,
+    call: impl std::future::Future<Output = Result<T, WorkerError>>,
+) -> Result<T, WorkerError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or(Err(WorkerError::TimedOut {
+            doing,
+            seconds: limit.as_secs_f64(),
+        }))
+}
+
 /// This machine's name, to tell workers (and the driver's leases) of machines sharing a store apart.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -174,7 +195,11 @@ pub async fn work(
         state: state.to_string(),
         ..template.clone()
     };
-    store.report_worker(&row("idle", &counters)).await?;
+    let limit = opts.store_timeout;
+    bounded(limit, "registering this worker", async {
+        Ok(store.report_worker(&row("idle", &counters)).await?)
+    })
+    .await?;
     on_event(&WorkerEvent::Started {
         id: id.clone(),
         model: identity.clone(),
@@ -190,8 +215,11 @@ pub async fn work(
                 } else {
                     "idle"
                 };
-                if let Err(e) = store.report_worker(&row(state, &counters)).await {
-                    tracing::warn!("reporting this worker: {e}");
+                let report = bounded(limit, "reporting this worker", async {
+                    Ok(store.report_worker(&row(state, &counters)).await?)
+                });
+                if let Err(e) = report.await {
+                    tracing::warn!("{e}");
                 }
             }
         })
@@ -204,7 +232,11 @@ pub async fn work(
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        let queues = match store.job_queues().await {
+        let queues = match bounded(limit, "looking for job queues", async {
+            Ok(store.job_queues().await?)
+        })
+        .await
+        {
             Ok(q) => {
                 if let Some((since, _)) = lost.take() {
                     on_event(&WorkerEvent::StoreBack {
@@ -232,7 +264,18 @@ pub async fn work(
         let mut worked = false;
         for q in queues.iter().filter(|q| q.model == identity) {
             if !served.contains_key(&q.suite_digest) {
-                let s = match suites::resolve(store, &q.suite_digest, &opts.suite_dirs).await {
+                let resolved = bounded(
+                    limit,
+                    "reading a suite",
+                    suites::resolve(store, &q.suite_digest, &opts.suite_dirs),
+                );
+                let s = match resolved.await {
+                    // Not this machine's fault: the store failed or went quiet. Look again on the next round
+                    // instead of marking the suite as one this worker cannot serve.
+                    Err(e @ (WorkerError::TimedOut { .. } | WorkerError::Store(_))) => {
+                        tracing::warn!("{e}");
+                        continue;
+                    }
                     Ok(suite) => match suite.connect().await {
                         Ok(server) => Ok(Served { suite, server }),
                         Err(e) => Err(format!(
@@ -254,10 +297,12 @@ pub async fn work(
                 continue;
             };
             let t0 = Instant::now();
-            let taken = match queue
-                .read(&q.queue, opts.visibility, opts.concurrency)
-                .await
-            {
+            let read = bounded(
+                limit,
+                "taking jobs",
+                queue.read(&q.queue, opts.visibility, opts.concurrency),
+            );
+            let taken = match read.await {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!("reading queue {}: {e}", q.queue);
@@ -308,8 +353,11 @@ pub async fn work(
     for s in served.into_values().flatten() {
         s.server.shutdown().await;
     }
-    if let Err(e) = store.report_worker(&row("stopped", &counters)).await {
-        tracing::warn!("reporting this worker stopped: {e}");
+    let report = bounded(limit, "reporting this worker stopped", async {
+        Ok(store.report_worker(&row("stopped", &counters)).await?)
+    });
+    if let Err(e) = report.await {
+        tracing::warn!("{e}");
     }
     result.map(|()| WorkerTotals {
         jobs_done: counters.done.load(Ordering::Relaxed),
@@ -351,7 +399,11 @@ async fn play(
     // A job already answered (its earlier worker wrote the result and died before archiving) is only archived.
     let keys: Vec<String> = taken.iter().filter_map(|t| t.key.clone()).collect();
     let t0 = Instant::now();
-    let have = store.job_results(&keys).await?;
+    let limit = opts.store_timeout;
+    let have = bounded(limit, "looking up results", async {
+        Ok(store.job_results(&keys).await?)
+    })
+    .await?;
     queue_s += t0.elapsed().as_secs_f64();
     let mut fates: Vec<Fate> = Vec::with_capacity(n);
     let mut runnable: Vec<(usize, Job)> = Vec::new();
@@ -401,8 +453,13 @@ async fn play(
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(vt / 3).await;
-                if let Err(e) = queue.extend(&name, &ids, vt).await {
-                    tracing::warn!("extending the visibility of jobs in play: {e}");
+                // Bounded by the beat itself: a beat stuck on a silent network must not hold up the next one,
+                // and if none gets through the jobs go back to the queue, which is what a cut-off worker wants.
+                let beat = bounded(vt / 3, "extending the visibility of jobs in play", async {
+                    queue.extend(&name, &ids, vt).await
+                });
+                if let Err(e) = beat.await {
+                    tracing::warn!("{e}");
                 }
             }
         })
@@ -541,13 +598,26 @@ async fn play(
             // driver's end-to-end figure holds them).
             queue_ms: queue_share_ms,
         };
-        if store.put_job_result(&row).await? {
+        let put = bounded(limit, "writing a result", async {
+            Ok(store.put_job_result(&row).await?)
+        });
+        if put.await? {
             written += 1;
         }
         finished.push(taken[i].msg_id);
     }
-    queue.archive(name, &finished).await?;
-    queue.release(name, &retry, opts.retry_delay).await?;
+    bounded(
+        limit,
+        "archiving finished jobs",
+        queue.archive(name, &finished),
+    )
+    .await?;
+    bounded(
+        limit,
+        "releasing jobs for another attempt",
+        queue.release(name, &retry, opts.retry_delay),
+    )
+    .await?;
     counters.done.fetch_add(written as i64, Ordering::Relaxed);
     counters
         .failed
@@ -573,6 +643,30 @@ fn owner(suite: &Suite, task: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_store_call_that_never_answers_ends_in_timed_out_and_one_that_answers_passes_through()
+    {
+        let limit = Duration::from_millis(50);
+        let silent = bounded(
+            limit,
+            "taking jobs",
+            std::future::pending::<Result<(), _>>(),
+        )
+        .await;
+        assert!(
+            matches!(
+                silent,
+                Err(WorkerError::TimedOut {
+                    doing: "taking jobs",
+                    ..
+                })
+            ),
+            "{silent:?}"
+        );
+        let answered = bounded(limit, "taking jobs", async { Ok(7) }).await;
+        assert_eq!(answered.ok(), Some(7));
+    }
 
     #[test]
     fn a_lost_store_is_tried_again_after_pauses_that_double_from_one_second_to_at_most_thirty() {

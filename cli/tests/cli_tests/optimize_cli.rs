@@ -1,8 +1,8 @@
 //! `tooltune optimize` end to end with the real local model and the real contractor server: a few steps of the
 //! GEPA loop, `kill -9` in the middle, `--resume`, and the result compared with a run that was never interrupted.
 //! Then `tooltune report` on both stored runs, its figures checked against the store. And the same run with its
-//! rollouts played by `tooltune worker` processes on PostgreSQL, through Ctrl-C, a resume, a worker's network cut
-//! and another worker's SIGKILL.
+//! rollouts played by `tooltune worker` processes on PostgreSQL, through Ctrl-C, a resume, a worker's network gone
+//! silent and then cut, and another worker's SIGKILL.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -409,6 +409,9 @@ fn worker(db: &str) -> std::process::Child {
             "local:fast",
             "--visibility-timeout",
             "5",
+            // What notices the frozen network of worker 2; generous against two contended cores.
+            "--store-timeout",
+            "3",
             "--json",
         ])
         .arg("--suite-dir")
@@ -421,14 +424,19 @@ fn worker(db: &str) -> std::process::Child {
         .expect("start a worker")
 }
 
-/// A TCP relay in front of the test PostgreSQL that can be cut: a cut closes every connection through it and
-/// closes each new one as soon as it is accepted (a link that drops, as between machines), and `restore` lets
-/// connections through again.
+/// A TCP relay in front of the test PostgreSQL with two faults. A freeze stops forwarding and keeps every
+/// socket open, and holds new connections open without forwarding them: packets dropped without a reset, as on a
+/// broken route between machines, which no socket error reports (only the client's own time limits notice). A
+/// cut closes every connection through it and each new one as soon as it is accepted: a link that drops.
+/// `restore` lets connections through again (frozen ones are closed then: they did not survive).
 struct Relay {
     /// `db` with the relay's address in place of the server's.
     url: String,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
     live: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Sockets of frozen connections, kept open until the freeze ends.
+    parked: std::sync::Arc<std::sync::Mutex<Vec<tokio::net::TcpStream>>>,
 }
 
 impl Relay {
@@ -448,18 +456,44 @@ impl Relay {
         let relay = Relay {
             url: db.replacen(&server, &addr.to_string(), 1),
             cut: Default::default(),
+            frozen: Default::default(),
             live: Default::default(),
+            parked: Default::default(),
         };
-        let (cut, live) = (relay.cut.clone(), relay.live.clone());
+        let (cut, frozen, live, parked) = (
+            relay.cut.clone(),
+            relay.frozen.clone(),
+            relay.live.clone(),
+            relay.parked.clone(),
+        );
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if cut.load(Ordering::SeqCst) {
                     continue;
                 }
-                let server = server.clone();
+                if frozen.load(Ordering::SeqCst) {
+                    parked.lock().expect("relay lock").push(inbound);
+                    continue;
+                }
+                let (server, frozen, parked) = (server.clone(), frozen.clone(), parked.clone());
                 let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&server).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&server).await else {
+                        return;
+                    };
+                    let freeze = async {
+                        while !frozen.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
+                    let froze = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => false,
+                        () = freeze => true,
+                    };
+                    if froze {
+                        parked
+                            .lock()
+                            .expect("relay lock")
+                            .extend([inbound, outbound]);
                     }
                 });
                 live.lock().expect("relay lock").push(task.abort_handle());
@@ -468,25 +502,35 @@ impl Relay {
         relay
     }
 
+    fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn cut(&self) {
         self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.frozen
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         for t in self.live.lock().expect("relay lock").drain(..) {
             t.abort();
         }
+        self.parked.lock().expect("relay lock").clear();
     }
 
     fn restore(&self) {
+        self.cut();
+        // Past the cut, new connections go through again.
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
 /// One run on workers through every fault the queue is for, in turn (one run, not one per fault: each costs a
 /// whole search on two cores). Ctrl-C while no worker takes the jobs; a resume once workers come, which sends
-/// none of the queued jobs again; a worker's network cut while it holds jobs, and restored; another worker killed
+/// none of the queued jobs again; a worker's network gone silent while it holds jobs (noticed by the worker's own
+/// time limit), then cut, then restored; another worker killed
 /// with SIGKILL as it takes its first jobs. The run ends as the run in one process did, with every rollout stored
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matches_a_single_process_run()
+async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_kill_matches_a_single_process_run()
  {
     let (a_db, a) = reference();
     let _ = a_db;
@@ -553,8 +597,9 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matc
     let left = pg_i64(&db, &format!("SELECT COUNT(*) FROM pgmq.q_{queue}")).await;
     assert_eq!(left, queued);
 
-    // Workers come and the run is resumed. Worker 2 reaches the store through a relay the test cuts: a network
-    // cut between machines. The others connect directly.
+    // Workers come and the run is resumed. Worker 2 reaches the store through a relay the test breaks: first the
+    // network goes silent (packets dropped, sockets left open), then, once the worker has noticed, the link drops
+    // outright. The others connect directly.
     let relay = Relay::start(&db).await;
     // Their event lines come to one channel, tagged with the worker's index.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Value)>();
@@ -572,16 +617,17 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matc
         });
         Some(w)
     };
-    // Worker 2 starts alone, so that it surely holds jobs when its network is cut.
+    // Worker 2 starts alone, so that it surely holds jobs when its network fails.
     let mut workers: Vec<Option<std::process::Child>> = vec![None, None, spawn(2, &relay.url)];
     let mut run = optimize(&db, &["--resume", &run_id, "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("resume on workers");
-    // 1. Worker 2 takes jobs: its network is cut, and workers 0 and 1 start. 2. The first of them to take jobs
-    // is killed with SIGKILL, before it can finish them. 3. Once worker 2 has noticed the cut and its jobs'
-    // visibility timeout (5 s) has passed, the network comes back.
+    // 1. Worker 2 takes jobs: its network freezes, and workers 0 and 1 start. 2. The first of them to take jobs
+    // is killed with SIGKILL, before it can finish them. 3. Worker 2 notices the silent network by its own time
+    // limit (no socket error comes): the link is then cut. 4. Once its jobs' visibility timeout (5 s) has passed,
+    // the network comes back.
     let started = Instant::now();
     let mut cut_at: Option<Instant> = None;
     let mut killed: Option<usize> = None;
@@ -609,12 +655,20 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matc
         };
         match (i, e["event"].as_str()) {
             (2, Some("taken")) if cut_at.is_none() => {
-                relay.cut();
+                relay.freeze();
                 cut_at = Some(Instant::now());
                 workers[0] = spawn(0, &db);
                 workers[1] = spawn(1, &db);
             }
-            (2, Some("store_lost")) => noticed = true,
+            (2, Some("store_lost")) if !noticed => {
+                let error = e["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("no answer from the store within"),
+                    "worker 2 noticed the frozen network by something other than its time limit: {error}"
+                );
+                noticed = true;
+                relay.cut();
+            }
             (0 | 1, Some("taken")) if killed.is_none() => {
                 let mut w = workers[i].take().expect("worker alive");
                 w.kill().expect("SIGKILL");
@@ -628,7 +682,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_network_cut_and_a_kill_matc
     let killed = killed.expect("a worker was killed");
     let restored_at = restored_at.expect("the network came back");
     let out = run.wait_with_output().expect("the resumed run");
-    // The cut-off worker survived the cut: it is still running, and told of the store's return.
+    // The cut-off worker survived the freeze and the cut: it is still running, and told of the store's return.
     let cut_off = workers[2].as_mut().expect("worker 2");
     assert!(
         cut_off.try_wait().expect("poll worker 2").is_none(),

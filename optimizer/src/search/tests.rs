@@ -346,7 +346,11 @@ fn no_iteration_is_started_that_the_rollouts_left_cannot_bring_to_a_decision() {
             );
         } else {
             // Not a parent minibatch thrown away when the budget ends before the child's.
-            assert_eq!(next, Action::Stop(StopReason::RolloutBudget), "budget {budget}");
+            assert_eq!(
+                next,
+                Action::Stop(StopReason::RolloutBudget),
+                "budget {budget}"
+            );
             assert_eq!(s.spent().rollouts, 10);
         }
     }
