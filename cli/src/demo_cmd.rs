@@ -191,7 +191,7 @@ fn headline(s: &RunSummary) -> Headline {
         seed_promotional: seed_m.counts.promotional,
         winner_promotional: winner_m.counts.promotional,
         winner_description,
-        rollouts: s.rollouts,
+        rollouts: s.spent.rollouts,
         wall_s: s.wall_s,
     }
 }

@@ -269,7 +269,7 @@ fn rate(r: &Rate) -> String {
 pub fn print_summary(s: &RunSummary) {
     println!(
         "run {}: objective {}, stopped by {}, {} rollouts, {} reflection tokens, {:.0} s",
-        s.run_id, s.objective, s.stop_reason, s.rollouts, s.reflection_tokens, s.wall_s
+        s.run_id, s.objective, s.stop_reason, s.spent.rollouts, s.spent.reflection_tokens, s.wall_s
     );
     println!("winner c{} — `{}`:", s.winner, s.target);
     if let Some(c) = s.candidates.iter().find(|c| c.id == s.winner)

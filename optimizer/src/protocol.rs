@@ -272,8 +272,10 @@ impl Observation {
     }
 }
 
-/// What the run has spent and done so far.
+/// What the run has spent and done so far. A counter missing from stored JSON reads as 0 (run summaries written
+/// before they carried all of these).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Spent {
     /// Rollouts over all evaluations.
     pub rollouts: u64,

@@ -546,12 +546,12 @@ impl RunReport {
             resumes,
             rollouts: summary
                 .as_ref()
-                .map(|s| s.rollouts)
+                .map(|s| s.spent.rollouts)
                 .or_else(|| search.as_ref().map(Checkpoint::rollouts))
                 .unwrap_or(event_rollouts),
             reflection_tokens: summary
                 .as_ref()
-                .map(|s| s.reflection_tokens)
+                .map(|s| s.spent.reflection_tokens)
                 .or_else(|| search.as_ref().map(Checkpoint::reflection_tokens)),
             series,
             steps,

@@ -8,7 +8,9 @@
 use serde_json::{Value, json};
 use tooltune_objectives::inflation::measure_text;
 use tooltune_objectives::{Metrics, Objective, RolloutFacts};
-use tooltune_optimizer::{Action, Budget, CandidateId, Config, Descriptions, Observation, Search};
+use tooltune_optimizer::{
+    Action, Budget, CandidateId, Config, Descriptions, Observation, Search, Spent,
+};
 use tooltune_report::{Outcome, Report};
 use tooltune_run::{
     CandidateSummary, Comparison, Event, Lineage, OriginKind, RunConfig, RunSummary, Status,
@@ -263,11 +265,12 @@ async fn finished_run(
         objective,
         target: "search_docs".into(),
         stop_reason: "RolloutBudget".into(),
-        rollouts: 27,
-        screened: 0,
-        proposals: 2,
-        screened_out: 0,
-        reflection_tokens: 4321,
+        spent: Spent {
+            rollouts: 27,
+            proposals: 2,
+            reflection_tokens: 4321,
+            ..Spent::default()
+        },
         wall_s: 93.5,
         winner: 2,
         winner_descriptions: descriptions(winner_text),
@@ -499,7 +502,7 @@ async fn a_report_of_stored_runs_matches_the_store() {
 
     for (r, s) in [(&report.runs[0], &suc), (&report.runs[1], &sel)] {
         assert!(r.finished);
-        assert_eq!(r.rollouts, s.rollouts);
+        assert_eq!(r.rollouts, s.spent.rollouts);
         assert_eq!(r.winner, Some(s.winner));
         let t = r.test.as_ref().expect("test comparison");
         assert_eq!(t.winner.success, s.test.winner.success);

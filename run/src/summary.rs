@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 use tooltune_objectives::{InflationReport, Metrics, Objective};
-use tooltune_optimizer::{CandidateStatus, Descriptions, Origin};
+use tooltune_optimizer::{CandidateStatus, Descriptions, Origin, Spent};
 
 /// How a candidate came to be, without the details the search keeps (a merge's ancestor and tool split; a
 /// reflection's tool and diagnosis are fields of their own in the views).
@@ -255,19 +255,12 @@ pub struct RunSummary {
     pub target: String,
     /// Why the search stopped.
     pub stop_reason: String,
-    /// Rollouts the search counted.
-    pub rollouts: u64,
-    /// Screened task evaluations the search counted (exact first moves, no rollout).
-    #[serde(default)]
-    pub screened: u64,
-    /// Usable proposals the reflector made.
-    #[serde(default)]
-    pub proposals: u32,
-    /// Proposals screened out before any rollout.
-    #[serde(default)]
-    pub screened_out: u32,
-    /// Reflection tokens spent.
-    pub reflection_tokens: u64,
+    /// What the search spent and did, its own counters as it stopped (rollouts, screened task evaluations,
+    /// proposals, proposals screened out, reflection tokens, iterations, ...). Flattened, so a summary's JSON keeps
+    /// them at the top level, under the names summaries stored before this field had; counters an older summary
+    /// lacks read as 0.
+    #[serde(flatten)]
+    pub spent: Spent,
     /// Wall time, seconds.
     pub wall_s: f64,
     /// The best candidate.
@@ -285,6 +278,69 @@ pub struct RunSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_keeps_its_counters_at_the_top_level_and_reads_one_stored_before_the_search_counters()
+     {
+        let m = Metrics::from_rollouts(&[]);
+        let summary = RunSummary {
+            run_id: "run-1".into(),
+            objective: Objective::TaskSuccess,
+            target: "search_docs".into(),
+            stop_reason: "RolloutBudget".into(),
+            spent: Spent {
+                rollouts: 27,
+                reflection_tokens: 4321,
+                iterations: 3,
+                ..Spent::default()
+            },
+            wall_s: 93.5,
+            winner: 0,
+            winner_descriptions: Descriptions::new(),
+            lineage: Vec::new(),
+            test: Comparison {
+                split: "test".into(),
+                seed: m.clone(),
+                winner: m,
+                success_p_value: 1.0,
+                selection_p_value: 1.0,
+                objective_p_value: 1.0,
+                routing_p_value: None,
+                off_target_p_value: None,
+                routing_deltas: Vec::new(),
+            },
+            candidates: Vec::new(),
+        };
+        let mut json = serde_json::to_value(&summary).expect("serialises");
+        assert_eq!(
+            (
+                json["rollouts"].as_u64(),
+                json["reflection_tokens"].as_u64()
+            ),
+            (Some(27), Some(4321))
+        );
+        assert!(json.get("spent").is_none(), "{json}");
+        // A summary stored before: the search's other counters absent.
+        for k in [
+            "iterations",
+            "screened",
+            "proposals",
+            "screened_out",
+            "elapsed_ms",
+            "accepted",
+        ] {
+            json.as_object_mut().expect("an object").remove(k);
+        }
+        let old: RunSummary = serde_json::from_value(json).expect("an older summary reads");
+        assert_eq!(
+            (
+                old.spent.rollouts,
+                old.spent.reflection_tokens,
+                old.spent.iterations
+            ),
+            (27, 4321, 0)
+        );
+    }
 
     #[test]
     fn a_status_reads_its_own_name_and_the_debug_text_older_summaries_stored() {

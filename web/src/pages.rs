@@ -505,7 +505,7 @@ async fn run_context(s: &AppState, id: &str) -> Result<Value, WebError> {
             ],
             "winner": r.winner,
             "stop_reason": r.stop_reason,
-            "rollouts": r.rollouts,
+            "rollouts": r.spent.rollouts,
             "wall_s": r.wall_s,
         })
     });

@@ -158,8 +158,8 @@ async fn main() {
     let winner = s.candidates.iter().find(|c| c.id == s.winner);
     println!(
         "run: {} rollouts, {} reflection tokens, {:.0} s of search, stopped by {}; {} candidates",
-        s.rollouts,
-        s.reflection_tokens,
+        s.spent.rollouts,
+        s.spent.reflection_tokens,
         s.wall_s,
         s.stop_reason,
         s.candidates.len()
@@ -230,9 +230,9 @@ async fn main() {
         v(&t.seed.off_target),
         v(&t.winner.off_target),
         p(t.off_target_p_value),
-        s.proposals,
-        s.screened_out,
-        s.screened
+        s.spent.proposals,
+        s.spent.screened_out,
+        s.spent.screened
     );
     println!("total wall time including the held-out comparison: {wall:.0} s");
     if let Some(rows) = std::env::var_os("TOOLTUNE_BENCH_ROWS") {
@@ -271,10 +271,10 @@ async fn main() {
                 t.winner.expected.as_ref().and_then(|e| e.off_target),
             ),
             winner: s.winner,
-            proposals: s.proposals,
-            screened_out: s.screened_out,
-            screened: s.screened,
-            rollouts: s.rollouts,
+            proposals: s.spent.proposals,
+            screened_out: s.spent.screened_out,
+            screened: s.spent.screened,
+            rollouts: s.spent.rollouts,
             wall_s: wall,
             cpu: cpu_name(),
         };

@@ -255,11 +255,7 @@ pub(crate) async fn finish(ctx: &Ctx<'_>, search: &Search) -> Result<RunSummary,
             .stopped()
             .map(|r| format!("{r:?}"))
             .unwrap_or_else(|| "unknown".into()),
-        rollouts: search.spent().rollouts,
-        screened: search.spent().screened,
-        proposals: search.spent().proposals,
-        screened_out: search.spent().screened_out,
-        reflection_tokens: search.spent().reflection_tokens,
+        spent: search.spent().clone(),
         wall_s: ctx.elapsed_ms() as f64 / 1000.0,
         winner: best.id.0,
         winner_descriptions: best.descriptions.clone(),
