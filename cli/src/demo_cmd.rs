@@ -43,8 +43,8 @@ pub struct DemoArgs {
     #[arg(long)]
     suite: Option<PathBuf>,
     /// Budget in rollouts for each objective's search (the final held-out comparison comes on top; the selection
-    /// search, screened, spends none). The whole demo on the defaults took 14 minutes on two AVX2 cores (where the
-    /// time goes: docs/classroom.md).
+    /// search, screened, spends none). The whole demo on the defaults took 13 minutes on two AVX2 cores and 9 with
+    /// AVX-512 (where the time goes: docs/classroom.md).
     #[arg(long, default_value_t = DEMO_BUDGET)]
     budget: u64,
     /// Wall-clock limit in minutes for each objective's search (the final held-out comparison comes on top).

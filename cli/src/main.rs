@@ -66,8 +66,9 @@ enum Command {
     /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
     Optimize(optimize_cmd::OptimizeArgs),
     /// The overconfident contractor: optimise one description for task success and for selection rate, side by
-    /// side, and write a report comparing them. With the defaults about 14 minutes on two AVX2 cores (13 min 58 s
-    /// measured on an AMD EPYC virtual machine without AVX-512, 1.5B agent and reflector, peak RSS 2.2 GB).
+    /// side, and write a report comparing them. With the defaults about 13 minutes on two AVX2 cores (12 min 58 s
+    /// measured on an AMD EPYC virtual machine, AVX2-only build, 1.5B agent and reflector, peak RSS 2.2 GB; 9
+    /// minutes with AVX-512).
     Demo(demo_cmd::DemoArgs),
     /// Write an HTML report (and its figures as JSON) of one or several optimisation runs, side by side.
     Report(report_cmd::ReportArgs),

@@ -33,7 +33,7 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = Screening::DEFAULT_SAMPLE)]
     pub screen_sample: usize,
     /// Budget in screened task evaluations (one candidate's exact first moves on one task) [default: 1500 for
-    /// `optimize`, 120 for `demo`, whose two searches and held-out rollouts must fit a class period].
+    /// `optimize`, 90 for `demo`, whose two searches and held-out rollouts must fit a class period].
     #[arg(long)]
     pub max_screened: Option<u64>,
     /// Compare candidates on this many validation tasks, a fixed sample balanced across owner tools, instead of
