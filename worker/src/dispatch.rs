@@ -2,9 +2,9 @@
 //! (by a worker while the driver was down, or for another run with the same key) is used as it is; a job still
 //! queued is not sent again; so a resumed run queues only what has no result.
 
-use crate::WorkerError;
 use crate::job::{Job, agent_identity, queue_name};
 use crate::queue::Queue;
+use crate::{WorkerError, bounded};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 pub use tooltune_run::WorkerPolicy;
@@ -25,6 +25,12 @@ pub struct Dispatcher {
 const POLL: Duration = Duration::from_millis(50);
 /// How long the driver waits without a new result before it says why nothing is happening.
 const STALL: Duration = Duration::from_secs(60);
+/// How long one call to the store or the queue may take. A link that drops packets without a reset gives no
+/// socket error, and a poll stuck on it would also keep Ctrl-C from being heard (the stop is asked between polls).
+const CALL_LIMIT: Duration = Duration::from_secs(20);
+/// How long the wait for results goes on through a store that fails or does not answer, before the run ends with
+/// the error (resumable: the jobs stay queued and results written meanwhile are used).
+const LOST_LIMIT: Duration = Duration::from_secs(300);
 
 impl Dispatcher {
     /// Opens the queue of the agent model (its id and `ChatModel::numerics`) and the suite (stored by content
@@ -84,13 +90,19 @@ impl Dispatcher {
         stopped: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<JobResult>, WorkerError> {
         let keys: Vec<String> = jobs.iter().map(|j| j.key.clone()).collect();
-        let before = self.store.job_results(&keys).await?;
+        let before = bounded(CALL_LIMIT, "looking up results", async {
+            Ok(self.store.job_results(&keys).await?)
+        })
+        .await?;
         let failed: Vec<String> = before
             .values()
             .filter(|r| r.infra)
             .map(|r| r.key.clone())
             .collect();
-        self.store.forget_failed_job_results(&failed).await?;
+        bounded(CALL_LIMIT, "clearing given-up results", async {
+            Ok(self.store.forget_failed_job_results(&failed).await?)
+        })
+        .await?;
         let mut done: HashMap<String, JobResult> =
             before.into_iter().filter(|(_, r)| !r.infra).collect();
         let unsent: Vec<String> = keys
@@ -98,13 +110,23 @@ impl Dispatcher {
             .filter(|k| !done.contains_key(*k))
             .cloned()
             .collect();
-        let queued = self.queue.queued_keys(&self.name, &unsent).await?;
+        let queued = bounded(
+            CALL_LIMIT,
+            "looking up queued jobs",
+            self.queue.queued_keys(&self.name, &unsent),
+        )
+        .await?;
         let to_send: Vec<Job> = jobs
             .iter()
             .filter(|j| !done.contains_key(&j.key) && !queued.contains(&j.key))
             .cloned()
             .collect();
-        self.queue.send(&self.name, &to_send).await?;
+        bounded(
+            CALL_LIMIT,
+            "sending jobs",
+            self.queue.send(&self.name, &to_send),
+        )
+        .await?;
         tracing::debug!(
             queue = %self.name,
             sent = to_send.len(),
@@ -114,6 +136,8 @@ impl Dispatcher {
         );
         let mut last_news = Instant::now();
         let mut warned = false;
+        // Since when the store has failed or not answered, while waiting.
+        let mut lost: Option<Instant> = None;
         while done.len() < keys.len() {
             tokio::time::sleep(POLL).await;
             let waiting: Vec<String> = keys
@@ -121,7 +145,41 @@ impl Dispatcher {
                 .filter(|k| !done.contains_key(*k))
                 .cloned()
                 .collect();
-            let found = self.store.job_results(&waiting).await?;
+            let poll = bounded(CALL_LIMIT, "waiting for results", async {
+                Ok(self.store.job_results(&waiting).await?)
+            });
+            let found = match poll.await {
+                Ok(found) => {
+                    if let Some(since) = lost.take() {
+                        tracing::info!(
+                            "the store answers again after {:.0} s",
+                            since.elapsed().as_secs_f64()
+                        );
+                    }
+                    found
+                }
+                // The workers go on without the driver; results they write meanwhile are read once the store
+                // answers. Only a long outage ends the run.
+                Err(e @ (WorkerError::TimedOut { .. } | WorkerError::Store(_))) => {
+                    let since = *lost.get_or_insert_with(|| {
+                        tracing::warn!("{e}; still waiting for results (Ctrl-C stops the run, its jobs stay queued)");
+                        Instant::now()
+                    });
+                    if stopped() {
+                        return Err(WorkerError::Interrupted {
+                            waiting: waiting.len(),
+                            queue: self.name.clone(),
+                        });
+                    }
+                    if since.elapsed() >= LOST_LIMIT {
+                        return Err(e);
+                    }
+                    // A refused connection fails at once: do not hammer it.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if found.len() < waiting.len() && stopped() {
                 return Err(WorkerError::Interrupted {
                     waiting: waiting.len() - found.len(),

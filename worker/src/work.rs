@@ -5,7 +5,7 @@
 
 use crate::job::{self, Job, Verdict};
 use crate::queue::{Queue, Taken};
-use crate::{WorkerError, suites};
+use crate::{WorkerError, bounded, suites};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,22 +124,6 @@ struct Counters {
     done: AtomicI64,
     failed: AtomicI64,
     busy: AtomicBool,
-}
-
-/// `call`, a call to the store or the queue, abandoned after `limit` with [`WorkerError::TimedOut`]. sqlx checks
-/// a connection whose query was abandoned before it serves again (and closes it if the check fails), so nothing
-/// half-read is reused.
-async fn bounded<T>(
-    limit: Duration,
-    doing: &'static str,
-    call: impl std::future::Future<Output = Result<T, WorkerError>>,
-) -> Result<T, WorkerError> {
-    tokio::time::timeout(limit, call)
-        .await
-        .unwrap_or(Err(WorkerError::TimedOut {
-            doing,
-            seconds: limit.as_secs_f64(),
-        }))
 }
 
 /// This machine's name, to tell workers (and the driver's leases) of machines sharing a store apart.
