@@ -74,36 +74,30 @@ impl Search {
     fn unaffordable(&self) -> Option<StopReason> {
         let b = &self.config.budget;
         let m = self.config.minibatch_size.min(self.train.len()) as u64;
-        let left = |max: Option<u64>, spent: u64| max.map(|m| m.saturating_sub(spent));
-        let rollouts_left = left(b.max_rollouts, self.spent.rollouts);
-        let screens_left = left(b.max_screened, self.spent.screened);
-        match &self.config.screening {
-            Some(sc) => {
-                let extra = if sc.on_validation {
-                    self.validation.len()
-                } else {
-                    self.screen_sample.len()
-                } as u64;
-                let gate = m + extra;
-                if sc.decisive {
-                    // Every evaluation is a screen: the parent's minibatch and one child's gate.
-                    if screens_left.is_some_and(|l| l < m + gate) {
-                        return Some(StopReason::ScreenBudget);
-                    }
-                } else {
-                    if rollouts_left.is_some_and(|l| l < 2 * m) {
-                        return Some(StopReason::RolloutBudget);
-                    }
-                    if screens_left.is_some_and(|l| l < gate) {
-                        return Some(StopReason::ScreenBudget);
-                    }
-                }
-                None
-            }
-            None => rollouts_left
-                .is_some_and(|l| l < 2 * m)
-                .then_some(StopReason::RolloutBudget),
+        let short = |max: Option<u64>, spent: u64, need: u64| {
+            max.is_some_and(|max| max.saturating_sub(spent) < need)
+        };
+        let sc = self.config.screening.as_ref();
+        // One child's gate screen: its minibatch and the validation split or the fixed training sample.
+        let gate = sc.map(|sc| {
+            m + if sc.on_validation {
+                self.validation.len()
+            } else {
+                self.screen_sample.len()
+            } as u64
+        });
+        let decisive = sc.is_some_and(|sc| sc.decisive);
+        if decisive {
+            // Every evaluation is a screen: the parent's minibatch, then one child's gate.
+            let need = m + gate.unwrap_or(0);
+            return short(b.max_screened, self.spent.screened, need)
+                .then_some(StopReason::ScreenBudget);
         }
+        if short(b.max_rollouts, self.spent.rollouts, 2 * m) {
+            return Some(StopReason::RolloutBudget);
+        }
+        gate.filter(|&g| short(b.max_screened, self.spent.screened, g))
+            .map(|_| StopReason::ScreenBudget)
     }
 
     /// Moves to the phase of the next action to hand out: checks the limits and, between iterations, starts one.
