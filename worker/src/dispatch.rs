@@ -90,18 +90,22 @@ impl Dispatcher {
         stopped: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<JobResult>, WorkerError> {
         let keys: Vec<String> = jobs.iter().map(|j| j.key.clone()).collect();
-        let before = bounded(CALL_LIMIT, "looking up results", async {
-            Ok(self.store.job_results(&keys).await?)
-        })
+        let before = bounded(
+            CALL_LIMIT,
+            "looking up results",
+            self.store.job_results(&keys),
+        )
         .await?;
         let failed: Vec<String> = before
             .values()
             .filter(|r| r.infra)
             .map(|r| r.key.clone())
             .collect();
-        bounded(CALL_LIMIT, "clearing given-up results", async {
-            Ok(self.store.forget_failed_job_results(&failed).await?)
-        })
+        bounded(
+            CALL_LIMIT,
+            "clearing given-up results",
+            self.store.forget_failed_job_results(&failed),
+        )
         .await?;
         let mut done: HashMap<String, JobResult> =
             before.into_iter().filter(|(_, r)| !r.infra).collect();
@@ -145,9 +149,11 @@ impl Dispatcher {
                 .filter(|k| !done.contains_key(*k))
                 .cloned()
                 .collect();
-            let poll = bounded(CALL_LIMIT, "waiting for results", async {
-                Ok(self.store.job_results(&waiting).await?)
-            });
+            let poll = bounded(
+                CALL_LIMIT,
+                "waiting for results",
+                self.store.job_results(&waiting),
+            );
             let found = match poll.await {
                 Ok(found) => {
                     if let Some(since) = lost.take() {

@@ -25,17 +25,21 @@ pub use work::{WorkerEvent, WorkerOptions, WorkerTotals, work};
 /// `call`, a call to the store or the queue, abandoned after `limit` with [`WorkerError::TimedOut`]. sqlx checks
 /// a connection whose query was abandoned before it serves again (and closes it if the check fails), so nothing
 /// half-read is reused.
-pub(crate) async fn bounded<T>(
+pub(crate) async fn bounded<T, E>(
     limit: std::time::Duration,
     doing: &'static str,
-    call: impl std::future::Future<Output = Result<T, WorkerError>>,
-) -> Result<T, WorkerError> {
-    tokio::time::timeout(limit, call)
-        .await
-        .unwrap_or(Err(WorkerError::TimedOut {
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, WorkerError>
+where
+    WorkerError: From<E>,
+{
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r.map_err(WorkerError::from),
+        Err(_) => Err(WorkerError::TimedOut {
             doing,
             seconds: limit.as_secs_f64(),
-        }))
+        }),
+    }
 }
 
 /// Everything that can go wrong with jobs and workers.

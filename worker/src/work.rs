@@ -180,9 +180,11 @@ pub async fn work(
         ..template.clone()
     };
     let limit = opts.store_timeout;
-    bounded(limit, "registering this worker", async {
-        Ok(store.report_worker(&row("idle", &counters)).await?)
-    })
+    bounded(
+        limit,
+        "registering this worker",
+        store.report_worker(&row("idle", &counters)),
+    )
     .await?;
     on_event(&WorkerEvent::Started {
         id: id.clone(),
@@ -199,9 +201,8 @@ pub async fn work(
                 } else {
                     "idle"
                 };
-                let report = bounded(limit, "reporting this worker", async {
-                    Ok(store.report_worker(&row(state, &counters)).await?)
-                });
+                let r = row(state, &counters);
+                let report = bounded(limit, "reporting this worker", store.report_worker(&r));
                 if let Err(e) = report.await {
                     tracing::warn!("{e}");
                 }
@@ -216,11 +217,7 @@ pub async fn work(
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        let queues = match bounded(limit, "looking for job queues", async {
-            Ok(store.job_queues().await?)
-        })
-        .await
-        {
+        let queues = match bounded(limit, "looking for job queues", store.job_queues()).await {
             Ok(q) => {
                 if let Some((since, _)) = lost.take() {
                     on_event(&WorkerEvent::StoreBack {
@@ -337,9 +334,12 @@ pub async fn work(
     for s in served.into_values().flatten() {
         s.server.shutdown().await;
     }
-    let report = bounded(limit, "reporting this worker stopped", async {
-        Ok(store.report_worker(&row("stopped", &counters)).await?)
-    });
+    let r = row("stopped", &counters);
+    let report = bounded(
+        limit,
+        "reporting this worker stopped",
+        store.report_worker(&r),
+    );
     if let Err(e) = report.await {
         tracing::warn!("{e}");
     }
@@ -384,10 +384,7 @@ async fn play(
     let keys: Vec<String> = taken.iter().filter_map(|t| t.key.clone()).collect();
     let t0 = Instant::now();
     let limit = opts.store_timeout;
-    let have = bounded(limit, "looking up results", async {
-        Ok(store.job_results(&keys).await?)
-    })
-    .await?;
+    let have = bounded(limit, "looking up results", store.job_results(&keys)).await?;
     queue_s += t0.elapsed().as_secs_f64();
     let mut fates: Vec<Fate> = Vec::with_capacity(n);
     let mut runnable: Vec<(usize, Job)> = Vec::new();
@@ -439,9 +436,11 @@ async fn play(
                 tokio::time::sleep(vt / 3).await;
                 // Bounded by the beat itself: a beat stuck on a silent network must not hold up the next one,
                 // and if none gets through the jobs go back to the queue, which is what a cut-off worker wants.
-                let beat = bounded(vt / 3, "extending the visibility of jobs in play", async {
-                    queue.extend(&name, &ids, vt).await
-                });
+                let beat = bounded(
+                    vt / 3,
+                    "extending the visibility of jobs in play",
+                    queue.extend(&name, &ids, vt),
+                );
                 if let Err(e) = beat.await {
                     tracing::warn!("{e}");
                 }
@@ -582,9 +581,7 @@ async fn play(
             // driver's end-to-end figure holds them).
             queue_ms: queue_share_ms,
         };
-        let put = bounded(limit, "writing a result", async {
-            Ok(store.put_job_result(&row).await?)
-        });
+        let put = bounded(limit, "writing a result", store.put_job_result(&row));
         if put.await? {
             written += 1;
         }
@@ -635,7 +632,7 @@ mod tests {
         let silent = bounded(
             limit,
             "taking jobs",
-            std::future::pending::<Result<(), _>>(),
+            std::future::pending::<Result<(), WorkerError>>(),
         )
         .await;
         assert!(
@@ -648,7 +645,7 @@ mod tests {
             ),
             "{silent:?}"
         );
-        let answered = bounded(limit, "taking jobs", async { Ok(7) }).await;
+        let answered = bounded(limit, "taking jobs", async { Ok::<_, WorkerError>(7) }).await;
         assert_eq!(answered.ok(), Some(7));
     }
 
