@@ -275,18 +275,7 @@ impl<'m> Engine<'m> {
             });
         }
         let started = Instant::now();
-        decode_entries(
-            &mut self.ctx,
-            &mut self.batch,
-            self.n_batch,
-            &entries,
-            |ctx, e, idx| {
-                let st = &mut states[state_of_entry[e]];
-                st.next = Some(st.sampler.sample(ctx, idx));
-                Ok(())
-            },
-            &self.name,
-        )?;
+        self.decode_and_sample(&entries, &state_of_entry, &mut states)?;
         let suffix_tokens = entries.len();
         if let Ok(mut s) = self.stats.lock() {
             s.prompt_tokens_reused += reused;
@@ -297,6 +286,28 @@ impl<'m> Engine<'m> {
     }
 
     /// Generates the replies token by token, all unfinished requests in one batch per step, until each is done.
+    /// Decodes `entries` and, at each entry that asks for logits, samples the next token of the sequence it
+    /// belongs to (`state_of_entry[i]`: the state of entry `i`). Prefill and each generation step end this way.
+    fn decode_and_sample(
+        &mut self,
+        entries: &[Entry],
+        state_of_entry: &[usize],
+        states: &mut [SeqState],
+    ) -> Result<(), LlmError> {
+        decode_entries(
+            &mut self.ctx,
+            &mut self.batch,
+            self.n_batch,
+            entries,
+            |ctx, e, idx| {
+                let st = &mut states[state_of_entry[e]];
+                st.next = Some(st.sampler.sample(ctx, idx));
+                Ok(())
+            },
+            &self.name,
+        )
+    }
+
     fn generate_replies(&mut self, states: &mut [SeqState]) -> Result<(), LlmError> {
         let started = Instant::now();
         let nl_close = self.tokenize("\n</tool_call>", false);
@@ -418,18 +429,7 @@ impl<'m> Engine<'m> {
             if entries.is_empty() {
                 break;
             }
-            decode_entries(
-                &mut self.ctx,
-                &mut self.batch,
-                self.n_batch,
-                &entries,
-                |ctx, e, idx| {
-                    let st = &mut states[state_of_entry[e]];
-                    st.next = Some(st.sampler.sample(ctx, idx));
-                    Ok(())
-                },
-                &self.name,
-            )?;
+            self.decode_and_sample(&entries, &state_of_entry, states)?;
         }
         if let Ok(mut s) = self.stats.lock() {
             s.generated_tokens += generated_total;
