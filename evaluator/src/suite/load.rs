@@ -168,15 +168,14 @@ impl Suite {
     pub fn parse(path: &Path, text: &str) -> Result<Suite, EvalError> {
         // First pass: plain TOML, for syntax errors and to learn the task ids, so that a later error in
         // task 7 can say "task `contractor-weather-porto` (#7)".
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| EvalError::Suite {
-                file: path.to_path_buf(),
-                line: e.span().map(|s| line_of(text, s.start)),
-                task: None,
-                field: None,
-                message: e.message().trim().to_string(),
-            })?;
+        let syntax = |e: toml::de::Error| EvalError::Suite {
+            file: path.to_path_buf(),
+            line: e.span().map(|s| line_of(text, s.start)),
+            task: None,
+            field: None,
+            message: e.message().trim().to_string(),
+        };
+        let table: toml::Table = text.parse().map_err(syntax)?;
         let ids = table
             .get("task")
             .and_then(|t| t.as_array())
@@ -188,13 +187,7 @@ impl Suite {
             .unwrap_or_default();
         let ctx = Ctx { file: path, ids };
 
-        let de = toml::Deserializer::parse(text).map_err(|e| EvalError::Suite {
-            file: path.to_path_buf(),
-            line: e.span().map(|s| line_of(text, s.start)),
-            task: None,
-            field: None,
-            message: e.message().trim().to_string(),
-        })?;
+        let de = toml::Deserializer::parse(text).map_err(syntax)?;
         let raw: RawSuite = serde_path_to_error::deserialize(de).map_err(|e| {
             let (task, field) = split_path(&e.path().to_string());
             EvalError::Suite {
