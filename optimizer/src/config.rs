@@ -47,6 +47,14 @@ pub struct Screening {
     /// field existed reads as 0, so a resumed run keeps scoring the way it started.
     #[serde(default)]
     pub tie_break: f64,
+    /// With several tools under study, a reflection's proposals are spread over them (two a tool, the tools
+    /// taken in turn from the round-robin's next one; [`crate::proposal_tool`]) and the screen picks among all,
+    /// instead of every proposal of a round rewriting the round-robin's one tool. A search whose budget buys one
+    /// or two rounds (the demo's: one with task success) otherwise never rewrites any tool but the first, whatever
+    /// the evidence; spread, the screen decides which tool's change is worth the rollouts. A checkpoint written
+    /// before the field existed reads as off, so a resumed run keeps proposing the way it started.
+    #[serde(default)]
+    pub spread: bool,
 }
 
 impl Screening {
@@ -82,6 +90,7 @@ impl Default for Screening {
             on_validation: true,
             sample: 0,
             tie_break: Self::DEFAULT_TIE_BREAK,
+            spread: true,
         }
     }
 }

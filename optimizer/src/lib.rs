@@ -22,9 +22,12 @@
 //!             // or, when the reply did not parse after retries:
 //!             search.observe(Observation::proposal_failed(reason, tokens, elapsed_ms))?;
 //!         }
-//!         Action::Reflect { proposals: k, .. } if k > 1 => {
+//!         Action::Reflect { proposals: k, spread, .. } if k > 1 => {
 //!             // With screening on: k proposals from one reflection, the unusable replies as failures.
 //!             search.observe(Observation::proposed_many(usable, failures, tokens, elapsed_ms))?;
+//!             // With a non-empty `spread` (several tools under study), proposal i rewrites
+//!             // spread[proposal_tool(i, spread.len())], and each usable one is answered with its tool:
+//!             search.observe(Observation::proposed_spread(usable_with_tools, failures, tokens, elapsed_ms))?;
 //!         }
 //!         Action::Screen { parent, candidates, tasks } => {
 //!             // The exact first-move measure of every candidate (the parent first) on every task, no rollouts:
@@ -58,7 +61,8 @@
 //! 2. Each iteration either merges or reflects. **Reflection:** pick a parent from the per-task Pareto frontier
 //!    of validation scores ([`Frontier`]), sample a minibatch of training tasks (epoch-shuffled, default 3),
 //!    evaluate the parent on it; if it is already perfect there, skip; otherwise ask for a new description of the
-//!    next tool in round-robin order, evaluate the child on the same minibatch, and accept it only if its
+//!    next tool in round-robin order (with screening and several tools, the proposals are spread over the tools
+//!    from that one on, and the screen picks among them), evaluate the child on the same minibatch, and accept it only if its
 //!    minibatch sum is strictly higher; an accepted child is evaluated on the whole validation split and joins the
 //!    pool. **Merge** (after an accepted reflection, at most `max_merges` times): two frontier members that share
 //!    an ancestor and changed different tools are combined tool by tool; the merge is evaluated on a few validation
@@ -80,7 +84,7 @@ mod search;
 pub use candidate::{Candidate, CandidateStatus, FailedProposal, MinibatchTrial, Origin, Progress};
 pub use config::{Budget, Config, Screening};
 pub use pareto::Frontier;
-pub use protocol::{Action, Observation, Outcome, Spent, StopReason};
+pub use protocol::{Action, Observation, Outcome, Spent, StopReason, proposal_tool};
 pub use search::{Search, mean_over, pick_best};
 
 use serde::{Deserialize, Serialize};
@@ -144,6 +148,17 @@ pub enum OptimizerError {
         expected: &'static str,
         /// What was received.
         got: &'static str,
+    },
+    /// A spread reflection's answer names a tool the reflection was not asked about, or does not name one for
+    /// every proposal.
+    #[error(
+        "proposals for tools {got:?}, but the pending reflection asked for proposals for {asked:?}"
+    )]
+    WrongProposalTools {
+        /// The tools the reflection was spread over.
+        asked: Vec<String>,
+        /// The tools the answer names, one a proposal.
+        got: Vec<String>,
     },
     /// An evaluation of another candidate than the one asked for.
     #[error("evaluation of candidate {got}, but the pending action evaluates {expected}")]

@@ -40,6 +40,11 @@ pub enum Action {
         /// How many proposals to make (answer with [`Observation::proposed_many`] when more than one).
         #[serde(default = "one")]
         proposals: usize,
+        /// The tools the proposals are spread over, `tool` first: proposal `i` rewrites
+        /// `spread[proposal_tool(i, spread.len())]` ([`proposal_tool`]), and the answer says which tool each usable
+        /// proposal is for ([`Observation::proposed_spread`]). Empty when every proposal rewrites `tool`.
+        #[serde(default)]
+        spread: Vec<String>,
     },
     /// Screen candidates: the exact first-move measure of each on each task, no rollouts. The first candidate is
     /// the parent the others were proposed from (its scores are usually known to the driver already).
@@ -72,6 +77,13 @@ pub enum Action {
 
 fn one() -> usize {
     1
+}
+
+/// Which of `tools` tools proposal `i` of a spread reflection rewrites: consecutive pairs go to the same tool
+/// (proposal `2j` and `2j + 1`, one of each of the driver's two prompt styles), the pairs taking the tools in turn.
+/// With four proposals and two tools: the first tool, the first, the second, the second.
+pub fn proposal_tool(i: usize, tools: usize) -> usize {
+    (i / 2) % tools.max(1)
 }
 
 /// Why the search stopped.
@@ -134,6 +146,10 @@ pub enum Outcome {
     ProposedMany {
         /// The usable proposals: description and diagnosis.
         proposals: Vec<(String, Option<String>)>,
+        /// The tool each usable proposal rewrites, in the same order, when the reflection was spread over several
+        /// tools; empty when all are for the reflected tool.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tools: Vec<String>,
         /// Why each unusable reply was refused.
         failures: Vec<String>,
         /// Tokens the reflection spent.
@@ -230,6 +246,30 @@ impl Observation {
         Observation::of(
             Outcome::ProposedMany {
                 proposals,
+                tools: Vec::new(),
+                failures,
+                reflection_tokens,
+            },
+            elapsed_ms,
+        )
+    }
+
+    /// The proposals of a reflection spread over several tools (an [`Action::Reflect`] with a `spread`): each
+    /// usable one as (tool, description, diagnosis).
+    pub fn proposed_spread(
+        proposals: Vec<(String, String, Option<String>)>,
+        failures: Vec<String>,
+        reflection_tokens: u64,
+        elapsed_ms: u64,
+    ) -> Self {
+        let (tools, proposals) = proposals
+            .into_iter()
+            .map(|(tool, d, why)| (tool, (d, why)))
+            .unzip();
+        Observation::of(
+            Outcome::ProposedMany {
+                proposals,
+                tools,
                 failures,
                 reflection_tokens,
             },

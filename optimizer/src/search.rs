@@ -40,6 +40,10 @@ enum Phase {
         tool: String,
         tasks: Vec<TaskId>,
         parent_scores: Scores,
+        /// The tools the proposals are spread over, `tool` first ([`crate::Screening::spread`]); empty: all
+        /// proposals rewrite `tool` (and a checkpoint from before spreading reads so).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        spread: Vec<String>,
     },
     ScreenChildren {
         parent: CandidateId,

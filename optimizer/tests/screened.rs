@@ -170,6 +170,7 @@ fn screened(decisive: bool, proposals: usize, max_screened: u64) -> Config {
             on_validation: true,
             sample: 0,
             tie_break: 0.0,
+            spread: true,
         }),
         ..Config::new(["search_docs"])
     }

@@ -10,7 +10,8 @@
 //! `TOOLTUNE_BENCH_SCREEN` (`off`: GEPA as published; otherwise the screened loop with
 //! `TOOLTUNE_BENCH_PROPOSALS` proposals per reflection, default 4, and `TOOLTUNE_BENCH_SCREENED` screened task
 //! evaluations, default 400), `TOOLTUNE_BENCH_TOOLS` (`target`, default, or `all`: every tool of the server is
-//! rewritten in turn), `TOOLTUNE_BENCH_TEST_SAMPLE` (held-out tasks rolled out, the rest screened; default the
+//! editable, a reflection's proposals spread over them unless `TOOLTUNE_BENCH_SPREAD=off`, which rewrites them
+//! in turn), `TOOLTUNE_BENCH_TEST_SAMPLE` (held-out tasks rolled out, the rest screened; default the
 //! whole test split).
 
 use std::path::{Path, PathBuf};
@@ -72,10 +73,13 @@ async fn main() {
     };
     let screening = match std::env::var("TOOLTUNE_BENCH_SCREEN").as_deref() {
         Ok("off") => None,
-        _ => Some(tooltune_optimizer::Screening::for_objective(
-            objective != Objective::TaskSuccess,
-            env("TOOLTUNE_BENCH_PROPOSALS", 4),
-        )),
+        _ => Some(tooltune_optimizer::Screening {
+            spread: std::env::var("TOOLTUNE_BENCH_SPREAD").as_deref() != Ok("off"),
+            ..tooltune_optimizer::Screening::for_objective(
+                objective != Objective::TaskSuccess,
+                env("TOOLTUNE_BENCH_PROPOSALS", 4),
+            )
+        }),
     };
     let max_screened: u64 = env("TOOLTUNE_BENCH_SCREENED", 400);
     let which = match std::env::var("TOOLTUNE_BENCH_MODEL").as_deref() {
@@ -238,7 +242,14 @@ async fn main() {
     if let Some(rows) = std::env::var_os("TOOLTUNE_BENCH_ROWS") {
         let row = Row {
             objective: objective.as_str().to_string(),
-            tools: std::env::var("TOOLTUNE_BENCH_TOOLS").unwrap_or_else(|_| "target".into()),
+            tools: match (
+                std::env::var("TOOLTUNE_BENCH_TOOLS").as_deref(),
+                screening.as_ref().is_some_and(|s| s.spread),
+            ) {
+                (Ok("all"), true) => "all".into(),
+                (Ok("all"), false) => "all, in turn".into(),
+                _ => "target".into(),
+            },
             screened_loop: screening.is_some(),
             seed,
             tasks: t.seed.tasks,

@@ -624,26 +624,41 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 current,
                 tasks,
                 proposals: k,
+                spread,
             } => {
                 let parent_descriptions = search
                     .candidate(parent)
                     .map(|c| c.descriptions.clone())
                     .unwrap_or_default();
                 let evidence = search.screen_sample().to_vec();
+                // The tools the proposals rewrite, with their current texts: `tool` alone, or the spread.
+                let tools: Vec<(String, String)> = if spread.is_empty() {
+                    vec![(tool, current)]
+                } else {
+                    spread
+                        .iter()
+                        .map(|t| {
+                            let text = parent_descriptions.get(t).cloned().unwrap_or_default();
+                            (t.clone(), text)
+                        })
+                        .collect()
+                };
                 let proposals = ctx
-                    .reflect_action(
-                        &parent_descriptions,
-                        parent.0,
-                        &tool,
-                        &current,
-                        &tasks,
-                        &evidence,
-                        k,
-                    )
+                    .reflect_action(&parent_descriptions, parent.0, &tools, &tasks, &evidence, k)
                     .await?;
-                let tokens: u64 = proposals.iter().map(|p| p.total_tokens()).sum();
-                if k <= 1 {
-                    let p = proposals.into_iter().next();
+                let tokens: u64 = proposals.iter().map(|(_, p)| p.total_tokens()).sum();
+                if !spread.is_empty() {
+                    let mut usable = Vec::new();
+                    let mut failures = Vec::new();
+                    for (t, p) in proposals {
+                        match p.description.clone() {
+                            Some(d) => usable.push((t, d, p.diagnosis.clone())),
+                            None => failures.push(format!("`{t}`: {}", proposal_error(&p))),
+                        }
+                    }
+                    Observation::proposed_spread(usable, failures, tokens, ctx.elapsed_ms())
+                } else if k <= 1 {
+                    let p = proposals.into_iter().next().map(|(_, p)| p);
                     match p {
                         Some(p) if p.description.is_some() => Observation::proposed(
                             p.description.unwrap_or_default(),
@@ -661,7 +676,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                 } else {
                     let mut usable = Vec::new();
                     let mut failures = Vec::new();
-                    for p in proposals {
+                    for (_, p) in proposals {
                         match p.description.clone() {
                             Some(d) => usable.push((d, p.diagnosis.clone())),
                             None => failures.push(proposal_error(&p)),

@@ -85,44 +85,54 @@ impl Ctx<'_> {
         Ok(proposals)
     }
 
-    /// Asks the reflector for `k` new descriptions of `tool`, decoded together. With `k > 1` they alternate
-    /// between the two styles of [`Style`]: even ones are shown whole runs of the minibatch, odd ones list the
-    /// minibatch and `evidence` (the search's screen sample) a question a line with the parent's screened first
-    /// move; the first of each style is greedy, the others sampled. Stored under (parent, tool, minibatch, k)
-    /// before the search sees them, so a resumed run gets the same proposals back.
-    #[allow(clippy::too_many_arguments)]
+    /// Asks the reflector for `k` new descriptions, decoded together, of `tools` (name and current text): one
+    /// tool, or the tools a spread reflection covers, proposal `i` rewriting `tools[proposal_tool(i)]`. With
+    /// `k > 1` they alternate between the two styles of [`Style`]: even ones are shown whole runs of the
+    /// minibatch, odd ones list the minibatch and `evidence` (the search's screen sample) a question a line with
+    /// the parent's screened first move; the first of each style for each tool is greedy, the others sampled.
+    /// Stored under (parent, tools, minibatch, k) before the search sees them, so a resumed run gets the same
+    /// proposals back.
     pub(crate) async fn reflect_action(
         &self,
         parent_descriptions: &Descriptions,
         parent: u32,
-        tool: &str,
-        current: &str,
+        tools: &[(String, String)],
         tasks: &[String],
         evidence: &[String],
         k: usize,
-    ) -> Result<Vec<tooltune_reflection::Proposal>, DriverError> {
+    ) -> Result<Vec<(String, tooltune_reflection::Proposal)>, DriverError> {
         let k = k.max(1);
-        // `s`: the styles alternate (a proposal stored before they did was all `Runs` and is not reused).
+        let n = tools.len().max(1);
+        let names: Vec<&str> = tools.iter().map(|(t, _)| t.as_str()).collect();
+        let joined = names.join("+");
+        // `s`: the styles alternate (a proposal stored before they did was all `Runs` and is not reused). A
+        // spread reflection's key names every tool, so it never meets an unspread one's.
         let key = if k == 1 {
-            format!("c{parent}:{tool}:{}", tasks.join(","))
+            format!("c{parent}:{joined}:{}", tasks.join(","))
         } else {
-            format!("c{parent}:{tool}:{}:k{k}s", tasks.join(","))
+            format!("c{parent}:{joined}:{}:k{k}s", tasks.join(","))
         };
+        let for_tool = |i: usize| tools[tooltune_optimizer::proposal_tool(i, n)].0.clone();
         if let Some(stored) = self.store.proposal(&self.run_id, &key).await? {
             let corrupt = |e: serde_json::Error| DriverError::Corrupt {
                 run: self.run_id.clone(),
                 what: "proposal",
                 message: e.to_string(),
             };
-            return if k == 1 {
-                Ok(vec![serde_json::from_str(&stored).map_err(corrupt)?])
+            let proposals: Vec<tooltune_reflection::Proposal> = if k == 1 {
+                vec![serde_json::from_str(&stored).map_err(corrupt)?]
             } else {
-                serde_json::from_str(&stored).map_err(corrupt)
+                serde_json::from_str(&stored).map_err(corrupt)?
             };
+            return Ok(proposals
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| (for_tool(i), p))
+                .collect());
         }
         self.emit(Event::Reflecting {
             parent,
-            tool: tool.to_string(),
+            tool: names.join(", "),
         })
         .await?;
         let examples = self.reflective_examples(parent_descriptions, tasks).await?;
@@ -142,22 +152,24 @@ impl Ctx<'_> {
             let all: Vec<String> = tasks.iter().cloned().chain(extra).collect();
             self.screen_examples(parent_descriptions, &all).await?
         };
-        let schema = self
-            .server_tools
-            .iter()
-            .find(|t| t.name == tool)
-            .map(|t| (*t.input_schema).clone())
-            .unwrap_or_default();
+        let schema = |tool: &str| {
+            self.server_tools
+                .iter()
+                .find(|t| t.name == tool)
+                .map(|t| (*t.input_schema).clone())
+                .unwrap_or_default()
+        };
         // With several proposals, each is asked once: a retry (the reply's fault named, a new reply decoded) costs
         // a decode round as long as the first, and it was paid whenever any one of the k failed, which at the
         // 1.5B's parse rate (about half) was nearly always; the screen needs only one usable proposal. Retries
         // come back, for one proposal, only when the whole first wave failed.
         let request = |i: usize, max_attempts: usize| {
+            let (tool, current) = &tools[tooltune_optimizer::proposal_tool(i, n)];
             let scope = k > 1 && i % 2 == 1 && !scope_examples.is_empty();
             ReflectionRequest {
-                tool: tool.to_string(),
-                current_description: current.to_string(),
-                input_schema: schema.clone(),
+                tool: tool.clone(),
+                current_description: current.clone(),
+                input_schema: schema(tool),
                 goal: match self.cfg.objective {
                     Objective::TaskSuccess => Goal::TaskSuccess,
                     Objective::SelectionRate => Goal::Selection,
@@ -171,8 +183,8 @@ impl Ctx<'_> {
                 options: ReflectionOptions {
                     style: if scope { Style::Scope } else { Style::Runs },
                     seed: self.cfg.seed.wrapping_add(1000 * i as u64),
-                    // The first proposal of each style is the greedy one; the others are samples.
-                    temperature: if i < 2 { 0.0 } else { 0.8 },
+                    // The first proposal of each style for each tool is the greedy one; the others are samples.
+                    temperature: if i < 2 * n { 0.0 } else { 0.8 },
                     max_attempts,
                     ..ReflectionOptions::default()
                 },
@@ -187,11 +199,12 @@ impl Ctx<'_> {
             .reflect_wave((0..k).map(|i| request(i, first_wave)).collect())
             .await?;
         if k > 1 && !proposals.iter().any(|p| p.succeeded()) {
-            // A fresh sample (not the greedy reply again) with its retries.
-            proposals.extend(
-                self.reflect_wave(vec![request(k, ReflectionOptions::default().max_attempts)])
-                    .await?,
-            );
+            // A fresh sample (not the greedy reply again) with its retries, as proposal `k` (so its tool is the
+            // one `proposal_tool` gives the stored proposal's place); sampled even where `k < 2n` would make
+            // that place a greedy one.
+            let mut retry = request(k, ReflectionOptions::default().max_attempts);
+            retry.options.temperature = 0.8;
+            proposals.extend(self.reflect_wave(vec![retry]).await?);
         }
         let stored = if k == 1 {
             serde_json::to_string(&proposals[0])
@@ -201,11 +214,16 @@ impl Ctx<'_> {
         self.store
             .save_proposal(&self.run_id, &key, &stored.unwrap_or_default())
             .await?;
-        for proposal in &proposals {
+        let proposals: Vec<(String, tooltune_reflection::Proposal)> = proposals
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (for_tool(i), p))
+            .collect();
+        for (tool, proposal) in &proposals {
             let error = (!proposal.succeeded()).then(|| proposal_error(proposal));
             self.emit(Event::Proposed {
                 parent,
-                tool: tool.to_string(),
+                tool: tool.clone(),
                 description: proposal.description.clone(),
                 diagnosis: proposal.diagnosis.clone(),
                 error,

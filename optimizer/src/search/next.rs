@@ -181,6 +181,7 @@ impl Search {
                 parent,
                 tool,
                 tasks,
+                spread,
                 ..
             } => Action::Reflect {
                 parent: *parent,
@@ -188,6 +189,7 @@ impl Search {
                 current: self.candidates[parent.0 as usize].descriptions[tool].clone(),
                 tasks: tasks.clone(),
                 proposals: self.config.screening.as_ref().map_or(1, |s| s.proposals),
+                spread: spread.clone(),
             },
             Phase::ScreenChildren {
                 parent,

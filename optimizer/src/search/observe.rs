@@ -52,14 +52,17 @@ impl Search {
                     self.spent.skipped_perfect += 1;
                     self.end_iteration();
                 } else {
-                    let tool = self.config.tools[self.next_tool % self.config.tools.len()].clone();
-                    self.next_tool = (self.next_tool + 1) % self.config.tools.len();
+                    let n = self.config.tools.len();
+                    let tool = self.config.tools[self.next_tool % n].clone();
+                    let spread = self.spread_tools();
+                    self.next_tool = (self.next_tool + 1) % n;
                     self.spent.reflections += 1;
                     self.phase = Phase::Reflect {
                         parent,
                         tool,
                         tasks,
                         parent_scores: scores,
+                        spread,
                     };
                 }
             }
@@ -69,9 +72,10 @@ impl Search {
                     tool,
                     tasks,
                     parent_scores,
+                    spread,
                 },
                 outcome,
-            ) => self.take_proposals(parent, tool, tasks, parent_scores, outcome),
+            ) => self.take_proposals(parent, tool, spread, tasks, parent_scores, outcome),
             (
                 Phase::ScreenChildren {
                     parent,
@@ -158,42 +162,73 @@ impl Search {
         self.end_iteration();
     }
 
+    /// The tools the next reflection's proposals are spread over, the round-robin's next first
+    /// ([`crate::Screening::spread`]): only those that get a proposal, and none (all for the one tool) when fewer
+    /// than two do.
+    fn spread_tools(&self) -> Vec<String> {
+        let n = self.config.tools.len();
+        let k = match &self.config.screening {
+            Some(sc) if sc.spread && sc.proposals > 1 => sc.proposals,
+            _ => return Vec::new(),
+        };
+        let used = n.min(k.div_ceil(2));
+        if used < 2 {
+            return Vec::new();
+        }
+        (0..used)
+            .map(|j| self.config.tools[(self.next_tool + j) % n].clone())
+            .collect()
+    }
+
     /// The reflector's answer: usable proposals become children (one without screening, all of them with it).
     fn take_proposals(
         &mut self,
         parent: CandidateId,
         tool: String,
+        spread: Vec<String>,
         tasks: Vec<TaskId>,
         parent_scores: Scores,
         outcome: Outcome,
     ) {
-        let current = self.candidates[parent.0 as usize].descriptions[&tool].clone();
-        let (offered, mut refused): (Vec<(String, Option<String>)>, Vec<String>) = match outcome {
+        let (offered, mut refused): (Vec<Offered>, Vec<String>) = match outcome {
             Outcome::Proposed {
                 description,
                 diagnosis,
                 ..
-            } => (vec![(description, diagnosis)], Vec::new()),
+            } => (vec![(tool.clone(), description, diagnosis)], Vec::new()),
             Outcome::ProposedMany {
                 proposals,
+                tools,
                 failures,
                 ..
-            } => (proposals, failures),
+            } => {
+                // `check` has made sure `tools` is empty or names an asked tool for every proposal.
+                let offered = proposals
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (d, why))| (tools.get(i).unwrap_or(&tool).clone(), d, why))
+                    .collect();
+                (offered, failures)
+            }
             Outcome::ProposalFailed { reason, .. } => (Vec::new(), vec![reason]),
             Outcome::Evaluated { .. } | Outcome::Screened { .. } => {
                 unreachable!("`check` admits only proposals while reflecting")
             }
         };
-        let mut usable: Vec<(String, Option<String>)> = Vec::new();
-        for (description, diagnosis) in offered {
+        let mut usable: Vec<Offered> = Vec::new();
+        for (for_tool, description, diagnosis) in offered {
+            let current = &self.candidates[parent.0 as usize].descriptions[&for_tool];
             if description.trim().is_empty() {
                 refused.push("empty".into());
             } else if description.trim() == current.trim() {
                 refused.push("unchanged".into());
-            } else if usable.iter().any(|(d, _)| d.trim() == description.trim()) {
+            } else if usable
+                .iter()
+                .any(|(t, d, _)| *t == for_tool && d.trim() == description.trim())
+            {
                 refused.push("the same as another proposal of this reflection".into());
             } else {
-                usable.push((description, diagnosis));
+                usable.push((for_tool, description, diagnosis));
             }
         }
         let screening = self.config.screening.clone();
@@ -205,7 +240,11 @@ impl Search {
             self.failed.push(FailedProposal {
                 iteration: self.spent.iterations,
                 parent,
-                tool,
+                tool: if spread.is_empty() {
+                    tool
+                } else {
+                    spread.join(", ")
+                },
                 reason: refused.join("; "),
             });
             self.end_iteration();
@@ -213,14 +252,14 @@ impl Search {
         }
         self.spent.proposals += usable.len() as u32;
         let mut children = Vec::with_capacity(usable.len());
-        for (description, diagnosis) in usable {
+        for (for_tool, description, diagnosis) in usable {
             let mut descriptions = self.candidates[parent.0 as usize].descriptions.clone();
-            descriptions.insert(tool.clone(), description);
+            descriptions.insert(for_tool.clone(), description);
             let child = self.add_candidate(
                 descriptions,
                 vec![parent],
                 Origin::Reflection {
-                    tool: tool.clone(),
+                    tool: for_tool,
                     diagnosis,
                 },
             );
@@ -421,10 +460,34 @@ impl Search {
             }
             (
                 None,
-                Outcome::Proposed { .. }
-                | Outcome::ProposalFailed { .. }
-                | Outcome::ProposedMany { .. },
-            ) => Ok(()),
+                Outcome::ProposedMany {
+                    proposals, tools, ..
+                },
+            ) => {
+                let Phase::Reflect { tool, spread, .. } = &self.phase else {
+                    unreachable!("only a reflection expects a proposal")
+                };
+                // Unspread answers name no tools; spread ones name one of the asked tools for every proposal.
+                let fits = if tools.is_empty() {
+                    true
+                } else {
+                    tools.len() == proposals.len()
+                        && tools.iter().all(|t| t == tool || spread.contains(t))
+                };
+                if fits {
+                    Ok(())
+                } else {
+                    Err(OptimizerError::WrongProposalTools {
+                        asked: if spread.is_empty() {
+                            vec![tool.clone()]
+                        } else {
+                            spread.clone()
+                        },
+                        got: tools.clone(),
+                    })
+                }
+            }
+            (None, Outcome::Proposed { .. } | Outcome::ProposalFailed { .. }) => Ok(()),
             (Some(_), other) => Err(OptimizerError::UnexpectedOutcome {
                 expected: "an evaluation",
                 got: other.kind(),
@@ -436,6 +499,9 @@ impl Search {
         }
     }
 }
+
+/// A proposal as offered to the search: the tool it rewrites, the description and the diagnosis.
+type Offered = (String, String, Option<String>);
 
 /// Mean of `scores` over `tasks` (a missing task counts 0, so a candidate cannot gain by lacking a score).
 pub fn mean_over(scores: &Scores, tasks: &[TaskId]) -> f64 {

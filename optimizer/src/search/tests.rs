@@ -443,3 +443,155 @@ fn minibatches_walk_shuffled_epochs_without_repeats() {
         assert!((3..=5).contains(&n), "{t}: {n}");
     }
 }
+
+/// A search over `tools` with screening (a gate, not decisive) asking `k` proposals a reflection.
+fn screened(tools: &[&str], k: usize, spread: bool) -> Search {
+    search(tools, |c| Config {
+        screening: Some(crate::Screening {
+            spread,
+            ..crate::Screening::for_objective(false, k)
+        }),
+        ..c
+    })
+}
+
+#[test]
+fn a_spread_reflection_proposes_for_each_tool_in_turn_and_each_child_rewrites_its_own_tool() {
+    assert_eq!(
+        (0..6)
+            .map(|i| crate::proposal_tool(i, 2))
+            .collect::<Vec<_>>(),
+        [0, 0, 1, 1, 0, 0]
+    );
+    assert_eq!(crate::proposal_tool(5, 3), 2);
+    let mut s = screened(&["a", "b"], 4, true);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    let Action::Reflect { tool, spread, .. } = s.next() else {
+        panic!("expected a reflection")
+    };
+    assert_eq!(
+        (tool.as_str(), spread.clone()),
+        ("a", vec!["a".to_string(), "b".to_string()])
+    );
+    s.observe(Observation::proposed_spread(
+        vec![
+            ("a".into(), "a v1".into(), None),
+            ("b".into(), "b v1".into(), None),
+            // The same text for another tool is another proposal, not a repeat.
+            ("b".into(), "a v1".into(), None),
+        ],
+        vec!["`a`: no usable reply".into()],
+        10,
+        0,
+    ))
+    .expect("proposals for the asked tools");
+    let children = &s.candidates()[1..];
+    assert_eq!(children.len(), 3);
+    for (c, (tool, text)) in children
+        .iter()
+        .zip([("a", "a v1"), ("b", "b v1"), ("b", "a v1")])
+    {
+        assert_eq!(
+            c.origin,
+            Origin::Reflection {
+                tool: tool.into(),
+                diagnosis: None
+            }
+        );
+        assert_eq!(c.descriptions[tool], text);
+        let other = if tool == "a" { "b" } else { "a" };
+        assert_eq!(
+            c.descriptions[other],
+            format!("{other} v0"),
+            "only its own tool changes"
+        );
+    }
+    assert!(matches!(s.next(), Action::Screen { .. }));
+}
+
+#[test]
+fn the_spread_starts_at_the_round_robins_next_tool_and_is_off_for_one_tool_or_one_pair() {
+    // Three tools, four proposals: two pairs, so two tools a round, starting where the rotation is.
+    let mut s = screened(&["a", "b", "c"], 4, true);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    let Action::Reflect { spread, .. } = s.next() else {
+        panic!("expected a reflection")
+    };
+    assert_eq!(spread, ["a", "b"]);
+    s.observe(Observation::proposal_failed("none".into(), 1, 0))
+        .expect("a failed reflection");
+    answer(&mut s, |_| 0.0);
+    let Action::Reflect { tool, spread, .. } = s.next() else {
+        panic!("expected a reflection")
+    };
+    assert_eq!(
+        (tool.as_str(), spread),
+        ("b", vec!["b".to_string(), "c".to_string()])
+    );
+    // Two proposals make one pair: one tool, as without spreading; so do one tool, or spreading off.
+    for mut s in [
+        screened(&["a", "b"], 2, true),
+        screened(&["a"], 4, true),
+        screened(&["a", "b"], 4, false),
+    ] {
+        answer(&mut s, |_| 0.0);
+        answer(&mut s, |_| 0.0);
+        let Action::Reflect { spread, .. } = s.next() else {
+            panic!("expected a reflection")
+        };
+        assert!(spread.is_empty(), "{spread:?}");
+    }
+}
+
+#[test]
+fn a_proposal_for_a_tool_not_asked_about_is_refused_without_changing_anything() {
+    let mut s = screened(&["a", "b", "c"], 4, true);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    assert!(matches!(s.next(), Action::Reflect { .. }));
+    let before = s.clone();
+    for tools in [vec!["c"], vec!["a", "b"]] {
+        let proposals = tools
+            .iter()
+            .map(|t| (t.to_string(), format!("{t} v1"), None))
+            .collect::<Vec<_>>();
+        // One proposal named with two tools, or a tool outside the spread (`c` waits for the next round).
+        let mut obs = Observation::proposed_spread(proposals, Vec::new(), 10, 0);
+        if tools.len() == 2 {
+            let crate::Outcome::ProposedMany { proposals, .. } = &mut obs.outcome else {
+                unreachable!()
+            };
+            proposals.pop();
+        }
+        let err = s.observe(obs).expect_err("refused");
+        assert!(
+            matches!(err, OptimizerError::WrongProposalTools { .. }),
+            "{err}"
+        );
+        assert_eq!(s, before);
+    }
+}
+
+#[test]
+fn a_checkpoint_from_before_spreading_resumes_with_one_tool_a_reflection() {
+    let mut s = screened(&["a", "b"], 4, true);
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    let mut json: serde_json::Value = serde_json::to_value(&s).expect("serialises");
+    json["config"]["screening"]
+        .as_object_mut()
+        .expect("screening")
+        .remove("spread");
+    json["phase"]
+        .as_object_mut()
+        .expect("phase")
+        .remove("spread");
+    let mut old: Search = serde_json::from_value(json).expect("an old checkpoint reads");
+    let Action::Reflect { tool, spread, .. } = old.next() else {
+        panic!("expected a reflection")
+    };
+    assert_eq!((tool.as_str(), spread.len()), ("a", 0));
+    assert!(!old.config().screening.as_ref().expect("screened").spread);
+}
