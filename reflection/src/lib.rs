@@ -30,7 +30,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v5";
+pub const TEMPLATE_VERSION: &str = "reflect-v6";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -777,8 +777,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v5",
-                "8444ea9f2384c0f1bf380ad8a8c84f1baa466641bfabf830c6a30114271a4c8c"
+                "reflect-v6",
+                "3b3bdd437c9eda2efa570577ca99eaf950420692396bd3878eb007afc1661354"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

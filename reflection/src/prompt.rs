@@ -433,7 +433,8 @@ mod tests {
         // The run's results and answers are not shown: one line a question.
         assert!(!u.contains("results of web_search"), "{u}");
         assert!(u.contains("- web_search: «Search the web.»"));
-        assert!(u.ends_with("DESCRIPTION: <what search_docs does, then \"Use it for\" and the kinds of questions it is for, at most 400 characters>"), "{u}");
+        assert!(u.ends_with("DESCRIPTION: <one sentence on what search_docs does>. Use it for: <topic>, <topic>, <topic>, ... (six to twelve topics, at most 400 characters in all)"), "{u}");
+        assert!(u.contains("never a question or a name copied from above"), "{u}");
         assert!(!u.contains("\n\n\n"), "no runs of blank lines");
         blocks(u);
         let diff: Vec<(&str, &str)> = by_goal[0]
