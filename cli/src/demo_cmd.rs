@@ -54,7 +54,8 @@ pub struct DemoArgs {
     #[arg(long)]
     max_minutes: Option<f64>,
     /// Which descriptions both searches may rewrite: `target`, the tool under study alone, or `all`, every tool
-    /// that owns a task in the suite, the target first and the others in turn (the server's author owns them all;
+    /// that owns a task in the suite, each reflection's proposals spread over them and the screen choosing which
+    /// one is rolled out (the server's author owns them all;
     /// under the selection objective, weakening a competitor's text is inflation by other means, and the report's
     /// figures for the other tools show it).
     #[arg(long, value_enum, default_value_t = Edit::Target)]

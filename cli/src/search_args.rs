@@ -29,6 +29,10 @@ pub struct SearchArgs {
     /// fixed sample of training tasks (task success). Cheaper, less reliable.
     #[arg(long)]
     pub screen_minibatch_only: bool,
+    /// With several tools under study, rewrite one tool a reflection, in turn (GEPA's rotation), instead of
+    /// spreading each reflection's proposals over the tools and letting the screen choose.
+    #[arg(long)]
+    pub in_turn: bool,
     /// Task success: training tasks screened beside each minibatch, the same ones for the whole search.
     #[arg(long, default_value_t = Screening::DEFAULT_SAMPLE)]
     pub screen_sample: usize,
@@ -55,6 +59,7 @@ impl SearchArgs {
             let mut s =
                 Screening::for_objective(objective != Objective::TaskSuccess, self.proposals);
             s.margin = self.screen_margin;
+            s.spread = !self.in_turn;
             if self.screen_minibatch_only {
                 s.on_validation = false;
                 s.sample = 0;

@@ -50,6 +50,11 @@ enum Phase {
         children: Vec<CandidateId>,
         minibatch: Vec<TaskId>,
         tasks: Vec<TaskId>,
+        /// The round's proposals already screened, when `children` is the combination of the best two tools'
+        /// proposals ([`Search::combination`]); empty on the first screen of a round (and in checkpoints from
+        /// before combinations).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        earlier: Vec<CandidateId>,
     },
     ChildMinibatch {
         child: CandidateId,

@@ -434,7 +434,10 @@ mod tests {
         assert!(!u.contains("results of web_search"), "{u}");
         assert!(u.contains("- web_search: «Search the web.»"));
         assert!(u.ends_with("DESCRIPTION: <one sentence on what search_docs does>. Use it for: <topic>, <topic>, <topic>, ... (six to twelve topics, at most 400 characters in all)"), "{u}");
-        assert!(u.contains("never a question or a name copied from above"), "{u}");
+        assert!(
+            u.contains("never a question or a name copied from above"),
+            "{u}"
+        );
         assert!(!u.contains("\n\n\n"), "no runs of blank lines");
         blocks(u);
         let diff: Vec<(&str, &str)> = by_goal[0]

@@ -96,7 +96,9 @@ impl Search {
         if short(b.max_rollouts, self.spent.rollouts, 2 * m) {
             return Some(StopReason::RolloutBudget);
         }
-        gate.filter(|&g| short(b.max_screened, self.spent.screened, g))
+        // One more than the gate: a gate that spent the screen budget to its last evaluation would have the
+        // child's minibatch refused by the hard limit, the round thrown away undecided.
+        gate.filter(|&g| short(b.max_screened, self.spent.screened, g + 1))
             .map(|_| StopReason::ScreenBudget)
     }
 

@@ -595,3 +595,185 @@ fn a_checkpoint_from_before_spreading_resumes_with_one_tool_a_reflection() {
     assert_eq!((tool.as_str(), spread.len()), ("a", 0));
     assert!(!old.config().screening.as_ref().expect("screened").spread);
 }
+
+/// Answers the pending screen with `score(descriptions)` on every task, for every candidate asked.
+fn screen(s: &mut Search, score: impl Fn(&Descriptions) -> f64) -> Vec<CandidateId> {
+    let Action::Screen {
+        candidates, tasks, ..
+    } = s.next()
+    else {
+        panic!("expected a screen")
+    };
+    let scores: std::collections::BTreeMap<CandidateId, Scores> = candidates
+        .iter()
+        .map(|(c, d)| (*c, tasks.iter().map(|t| (t.clone(), score(d))).collect()))
+        .collect();
+    s.observe(Observation::screened(
+        scores,
+        ((candidates.len() - 1) * tasks.len()) as u64,
+        0,
+    ))
+    .expect("a valid screen");
+    candidates.into_iter().map(|(c, _)| c).collect()
+}
+
+/// A screened two-tool search past its seed's validation and first minibatch, with the spread proposals
+/// `a v1`, `a v2`, `b v1`, `b v2` (children 1 to 4) awaiting their screen.
+fn spread_round(max_screened: Option<u64>) -> Search {
+    let mut s = search(&["a", "b"], |c| Config {
+        screening: Some(crate::Screening::for_objective(false, 4)),
+        budget: Budget {
+            max_screened,
+            ..Budget::default()
+        },
+        ..c
+    });
+    answer(&mut s, |_| 0.0);
+    answer(&mut s, |_| 0.0);
+    assert!(matches!(s.next(), Action::Reflect { .. }));
+    let p = |t: &str, d: &str| (t.to_string(), d.to_string(), None);
+    s.observe(Observation::proposed_spread(
+        vec![
+            p("a", "a v1"),
+            p("a", "a v2"),
+            p("b", "b v1"),
+            p("b", "b v2"),
+        ],
+        Vec::new(),
+        10,
+        0,
+    ))
+    .expect("spread proposals");
+    s
+}
+
+/// Screen score of a candidate: 0.2 for the seed's texts, plus the gain listed for its text of each tool.
+fn gains(a: &[(&str, f64)], b: &[(&str, f64)]) -> impl Fn(&Descriptions) -> f64 {
+    let owned = |list: &[(&str, f64)]| -> Vec<(String, f64)> {
+        list.iter().map(|(t, g)| (t.to_string(), *g)).collect()
+    };
+    let (a, b) = (owned(a), owned(b));
+    move |d: &Descriptions| {
+        let g = |list: &[(String, f64)], text: &str| {
+            list.iter()
+                .find(|(t, _)| t == text)
+                .map_or(0.0, |(_, g)| *g)
+        };
+        0.2 + g(&a, &d["a"]) + g(&b, &d["b"])
+    }
+}
+
+#[test]
+fn a_spread_round_whose_two_tools_both_screen_better_has_their_best_texts_combined_and_screened() {
+    let mut s = spread_round(None);
+    // a v2 and b v1 are each tool's best; both beat the parent.
+    let score = gains(
+        &[("a v1", 0.1), ("a v2", 0.2)],
+        &[("b v1", 0.15), ("b v2", 0.05)],
+    );
+    let first = screen(&mut s, &score);
+    assert_eq!(first.len(), 5, "the parent and four proposals");
+    let second = screen(&mut s, &score);
+    assert_eq!(
+        second,
+        [CandidateId(0), CandidateId(5)],
+        "the parent (cached) and the combination"
+    );
+    let c = s.candidates()[5].clone();
+    assert_eq!(
+        (c.descriptions["a"].as_str(), c.descriptions["b"].as_str()),
+        ("a v2", "b v1")
+    );
+    assert_eq!(c.parents, [CandidateId(2), CandidateId(3)]);
+    assert_eq!(
+        c.origin,
+        Origin::Merge {
+            ancestor: CandidateId(0),
+            from_a: vec!["a".into()],
+            from_b: vec!["b".into()]
+        }
+    );
+    // The combination screens best (0.55), so it is rolled out on the round's minibatch; all others are out.
+    let Action::EvaluateMinibatch {
+        candidate, tasks, ..
+    } = s.next()
+    else {
+        panic!("the combination's minibatch")
+    };
+    assert_eq!(candidate, CandidateId(5));
+    assert_eq!(Some(tasks), c.minibatch.as_ref().map(|m| m.tasks.clone()));
+    for i in 1..5 {
+        assert!(
+            matches!(
+                s.candidates()[i].status,
+                CandidateStatus::ScreenedOut { .. }
+            ),
+            "c{i}"
+        );
+    }
+    // Accepted and validated, it makes a merge due as a reflection child does.
+    answer(&mut s, |_| 1.0);
+    answer(&mut s, |_| 1.0);
+    assert_eq!(s.best().map(|b| b.id), Some(CandidateId(5)));
+    assert_eq!(
+        s.spent().proposals,
+        4,
+        "the combination is not a reflector's proposal"
+    );
+}
+
+#[test]
+fn no_combination_when_one_tool_improves_or_the_screen_budget_cannot_pay_for_it() {
+    // Only `a` beats the parent: its best goes straight to the minibatch.
+    let mut s = spread_round(None);
+    let score = gains(&[("a v1", 0.1)], &[("b v1", -0.1)]);
+    screen(&mut s, &score);
+    let Action::EvaluateMinibatch { candidate, .. } = s.next() else {
+        panic!("the best proposal's minibatch")
+    };
+    assert_eq!((candidate, s.candidates().len()), (CandidateId(1), 5));
+    // Both improve: with the budget for one more screen of the round's tasks and the child's minibatch after
+    // it the combination is screened; with one screen less it is not made.
+    let n = s.spent().screened / 4;
+    let score = gains(&[("a v1", 0.1)], &[("b v1", 0.1)]);
+    for (left, combined) in [(n + 1, true), (n, false)] {
+        let mut s = spread_round(Some(4 * n + left));
+        screen(&mut s, &score);
+        assert_eq!(s.spent().screened, 4 * n);
+        assert_eq!(
+            matches!(s.next(), Action::Screen { .. }),
+            combined,
+            "{left} left"
+        );
+        assert_eq!(s.candidates().len(), 5 + combined as usize);
+    }
+}
+
+#[test]
+fn a_round_is_not_started_whose_gate_would_spend_the_screens_its_rollouts_need_left() {
+    // A one-tool gate round screens 2 proposals on the minibatch and the sample; a round is started only if,
+    // after one child's gate screen, at least one screen is left (else the child's minibatch is refused).
+    let round = |max_screened: u64| {
+        let mut s = search(&["a"], |c| Config {
+            screening: Some(crate::Screening::for_objective(false, 1)),
+            budget: Budget {
+                max_screened: Some(max_screened),
+                ..Budget::default()
+            },
+            ..c
+        });
+        answer(&mut s, |_| 0.0);
+        s
+    };
+    // The gate's size: the minibatch and the sample of the six training tasks, disjoint at most.
+    let gate = 3 + round(1000).screen_sample().len() as u64;
+    assert_eq!(
+        round(gate).next(),
+        Action::Stop(StopReason::ScreenBudget),
+        "exactly one gate left"
+    );
+    assert!(matches!(
+        round(gate + 1).next(),
+        Action::EvaluateMinibatch { .. }
+    ));
+}
