@@ -48,7 +48,7 @@ pub enum Event {
     Reflecting {
         /// Parent candidate.
         parent: u32,
-        /// Tool.
+        /// Tool; a reflection whose proposals are spread over several tools names them all, joined by ", ".
         tool: String,
     },
     /// The reflector answered.
