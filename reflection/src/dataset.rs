@@ -103,8 +103,20 @@ const RELATION_ORDER: [Relation; 6] = [
 /// what worked keeps a rewrite from discarding it. Within one relation the input order is kept, so the
 /// caller decides (for example with a seeded shuffle) which of many similar runs is shown.
 pub fn select(examples: &[ReflectiveExample], tool: &str, goal: Goal, cap: usize) -> Vec<usize> {
-    let failures = round_robin(examples, tool, |e| failed_under(e, tool, goal));
-    let successes = round_robin(examples, tool, |e| !failed_under(e, tool, goal));
+    select_about(examples, tool, tool, goal, cap)
+}
+
+/// [`select`] for a rewrite of `tool` whose goal is about another tool, `about` (the selection of the target
+/// while a competitor's text is rewritten): failures are judged about `about`, relations to `tool`.
+pub fn select_about(
+    examples: &[ReflectiveExample],
+    tool: &str,
+    about: &str,
+    goal: Goal,
+    cap: usize,
+) -> Vec<usize> {
+    let failures = round_robin(examples, tool, |e| failed_under(e, about, goal));
+    let successes = round_robin(examples, tool, |e| !failed_under(e, about, goal));
     let mut out: Vec<usize> = failures.into_iter().take(cap).collect();
     if out.len() < cap {
         out.extend(successes.into_iter().take(cap - out.len()));
@@ -234,6 +246,18 @@ impl RunRecord {
         goal: Goal,
         limits: &Limits,
     ) -> Option<Self> {
+        Self::build_about(examples, index, tool, tool, goal, limits)
+    }
+
+    /// [`RunRecord::build`] for a rewrite of `tool` whose goal is about `about` ([`select_about`]).
+    pub fn build_about(
+        examples: &[ReflectiveExample],
+        index: usize,
+        tool: &str,
+        about: &str,
+        goal: Goal,
+        limits: &Limits,
+    ) -> Option<Self> {
         let ex = examples.get(index)?;
         let t = &ex.trajectory;
         Some(RunRecord {
@@ -241,7 +265,7 @@ impl RunRecord {
             task: cut(&ex.task, limits.task_chars),
             owner: ex.owner.clone(),
             relation: Relation::of(ex, tool),
-            failed: failed_under(ex, tool, goal),
+            failed: failed_under(ex, about, goal),
             tools_shown: t
                 .tools
                 .iter()

@@ -30,7 +30,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v6";
+pub const TEMPLATE_VERSION: &str = "reflect-v7";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -134,6 +134,10 @@ pub struct ReflectionRequest {
     pub input_schema: Value,
     /// What the new description should achieve.
     pub goal: Goal,
+    /// The tool the selection goal is about, when it is not `tool`: with every tool of a server editable, a
+    /// competitor's text is rewritten so that the agent picks the target more often. `None`: `tool` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// The evaluated runs to choose from.
     pub examples: Vec<ReflectiveExample>,
     /// Knobs.
@@ -312,10 +316,21 @@ impl ReflectionRequest {
                 },
             ),
         };
-        dataset::select(&self.examples, &self.tool, self.goal, cap)
+        let about = self.goal_tool();
+        dataset::select_about(&self.examples, &self.tool, about, self.goal, cap)
             .into_iter()
-            .filter_map(|i| RunRecord::build(&self.examples, i, &self.tool, self.goal, &limits))
+            .filter_map(|i| {
+                RunRecord::build_about(&self.examples, i, &self.tool, about, self.goal, &limits)
+            })
             .collect()
+    }
+
+    /// The tool whose selection the goal is about: the target under the selection goal, else `tool`.
+    pub fn goal_tool(&self) -> &str {
+        match (self.goal, &self.target) {
+            (Goal::Selection, Some(t)) => t,
+            _ => &self.tool,
+        }
     }
 
     /// Renders the prompt this request would send first.
@@ -332,6 +347,7 @@ fn render_with(
 ) -> Result<prompt::RenderedPrompt, ReflectionError> {
     prompt::render(&prompt::PromptInput {
         tool: &req.tool,
+        target: req.goal_tool(),
         current_description: &req.current_description,
         input_schema: &req.input_schema,
         goal: req.goal,
@@ -549,6 +565,7 @@ mod tests {
 
     fn request(goal: Goal) -> ReflectionRequest {
         ReflectionRequest {
+            target: None,
             tool: "search_docs".into(),
             current_description: "Search the company's internal documentation.".into(),
             input_schema: Value::Null,
@@ -564,6 +581,35 @@ mod tests {
             ],
             options: ReflectionOptions::default(),
         }
+    }
+
+    #[test]
+    fn a_competitors_rewrite_under_selection_is_about_the_target() {
+        // `web_search` rewritten so that `search_docs` is chosen: the goal sentence names the target, and a run
+        // counts as failed when the target was not chosen first (the run where web_search was, run 1).
+        let req = ReflectionRequest {
+            tool: "web_search".into(),
+            target: Some("search_docs".into()),
+            ..request(Goal::Selection)
+        };
+        assert_eq!(req.goal_tool(), "search_docs");
+        let failed: Vec<bool> = req.records().iter().map(|r| r.failed).collect();
+        assert_eq!(failed, [true, false], "{:?}", req.records());
+        let user = req.render().expect("renders").user;
+        assert!(
+            user.contains("Goal: the agent should choose `search_docs` as often as possible."),
+            "{user}"
+        );
+        assert!(
+            user.contains("Rewrite the description of the tool `web_search`"),
+            "{user}"
+        );
+        // Under task success the target plays no part.
+        let req = ReflectionRequest {
+            goal: Goal::TaskSuccess,
+            ..req
+        };
+        assert_eq!(req.goal_tool(), "web_search");
     }
 
     #[tokio::test]
@@ -777,8 +823,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v6",
-                "3b3bdd437c9eda2efa570577ca99eaf950420692396bd3878eb007afc1661354"
+                "reflect-v7",
+                "dbde7cde149c9d2091378d9be30b0485334fad4fd7c0c0f88e8774da8f79f6fb"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );

@@ -112,6 +112,8 @@ pub(crate) fn render_one(name: &str, ctx: &Value) -> Result<String, ReflectionEr
 #[derive(Serialize)]
 struct ReflectContext<'a> {
     tool: &'a str,
+    /// The tool the selection goal is about (`tool` unless a competitor's text is rewritten).
+    target: &'a str,
     goal: &'static str,
     current_description: &'a str,
     input_schema: String,
@@ -128,6 +130,8 @@ struct ReflectContext<'a> {
 pub struct PromptInput<'a> {
     /// The tool under study.
     pub tool: &'a str,
+    /// The tool the selection goal is about ([`crate::ReflectionRequest::goal_tool`]).
+    pub target: &'a str,
     /// Its current description.
     pub current_description: &'a str,
     /// Its input schema (`{}` or `null` when unknown: then no schema line is shown).
@@ -172,6 +176,7 @@ pub fn render(input: &PromptInput<'_>) -> Result<RenderedPrompt, ReflectionError
     };
     let ctx = ReflectContext {
         tool: input.tool,
+        target: input.target,
         goal: input.goal.as_str(),
         current_description: input.current_description,
         input_schema,
@@ -318,6 +323,7 @@ mod tests {
     fn input<'a>(runs: &'a [RunRecord], goal: Goal, schema: &'a Value) -> PromptInput<'a> {
         PromptInput {
             tool: "search_docs",
+            target: "search_docs",
             current_description: "Search the company's internal documentation.",
             input_schema: schema,
             goal,

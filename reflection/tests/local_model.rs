@@ -104,6 +104,7 @@ fn examples() -> Vec<ReflectiveExample> {
 
 fn request(goal: Goal) -> ReflectionRequest {
     ReflectionRequest {
+        target: None,
         tool: "search_docs".into(),
         current_description: SEED.into(),
         input_schema: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),

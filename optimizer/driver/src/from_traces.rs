@@ -241,6 +241,7 @@ async fn run(
         return Ok(summary);
     }
     let request = ReflectionRequest {
+        target: None,
         tool: cfg.tool.clone(),
         current_description: seed_spec.description.clone(),
         input_schema: (*seed_spec.input_schema).clone(),

@@ -175,6 +175,7 @@ impl Ctx<'_> {
                     Objective::SelectionRate => Goal::Selection,
                     Objective::Routing => Goal::Routing,
                 },
+                target: (*tool != self.cfg.target).then(|| self.cfg.target.clone()),
                 examples: if scope {
                     scope_examples.clone()
                 } else {
