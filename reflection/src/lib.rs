@@ -30,7 +30,7 @@ use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
-pub const TEMPLATE_VERSION: &str = "reflect-v7";
+pub const TEMPLATE_VERSION: &str = "reflect-v8";
 
 /// What the reflector is asked to improve. The lead maps `tooltune_objectives::Objective` onto this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -823,8 +823,8 @@ mod tests {
         assert_eq!(
             (TEMPLATE_VERSION, got.as_str()),
             (
-                "reflect-v7",
-                "dbde7cde149c9d2091378d9be30b0485334fad4fd7c0c0f88e8774da8f79f6fb"
+                "reflect-v8",
+                "71875beef1f4e865f272f1e91508f5290a67b185c4540d56ba0da23a525c5d3c"
             ),
             "a template changed: bump TEMPLATE_VERSION and record the new hash here"
         );
