@@ -647,17 +647,7 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                     .reflect_action(&parent_descriptions, parent.0, &tools, &tasks, &evidence, k)
                     .await?;
                 let tokens: u64 = proposals.iter().map(|(_, p)| p.total_tokens()).sum();
-                if !spread.is_empty() {
-                    let mut usable = Vec::new();
-                    let mut failures = Vec::new();
-                    for (t, p) in proposals {
-                        match p.description.clone() {
-                            Some(d) => usable.push((t, d, p.diagnosis.clone())),
-                            None => failures.push(format!("`{t}`: {}", proposal_error(&p))),
-                        }
-                    }
-                    Observation::proposed_spread(usable, failures, tokens, ctx.elapsed_ms())
-                } else if k <= 1 {
+                if k <= 1 && spread.is_empty() {
                     let p = proposals.into_iter().next().map(|(_, p)| p);
                     match p {
                         Some(p) if p.description.is_some() => Observation::proposed(
@@ -674,15 +664,18 @@ async fn step_until_stop(ctx: &Ctx<'_>, search: &mut Search) -> Result<(), Drive
                         ),
                     }
                 } else {
+                    // Each usable proposal with its tool (all the reflected one when not spread); a failure
+                    // names its tool when the reflection covered several.
                     let mut usable = Vec::new();
                     let mut failures = Vec::new();
-                    for (_, p) in proposals {
+                    for (t, p) in proposals {
                         match p.description.clone() {
-                            Some(d) => usable.push((d, p.diagnosis.clone())),
-                            None => failures.push(proposal_error(&p)),
+                            Some(d) => usable.push((t, d, p.diagnosis.clone())),
+                            None if spread.is_empty() => failures.push(proposal_error(&p)),
+                            None => failures.push(format!("`{t}`: {}", proposal_error(&p))),
                         }
                     }
-                    Observation::proposed_many(usable, failures, tokens, ctx.elapsed_ms())
+                    Observation::proposed_spread(usable, failures, tokens, ctx.elapsed_ms())
                 }
             }
             Action::Screen {

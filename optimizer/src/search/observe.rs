@@ -338,11 +338,7 @@ impl Search {
             return;
         }
         let children: Vec<CandidateId> = earlier.into_iter().chain(children).collect();
-        let screens: BTreeMap<CandidateId, Scores> = children
-            .iter()
-            .map(|&c| (c, self.candidates[c.0 as usize].screen.clone()))
-            .collect();
-        let (best, _) = pick_best(&children, &screens, &tasks, &minibatch);
+        let (best, _) = pick_best(&children, &self.screens(&children), &tasks, &minibatch);
         for &c in &children {
             let cand = &mut self.candidates[c.0 as usize];
             let mean = mean_over(&cand.screen, &tasks);
@@ -398,6 +394,14 @@ impl Search {
         }
     }
 
+    /// The recorded screens of `candidates`, as [`pick_best`] takes them.
+    fn screens(&self, candidates: &[CandidateId]) -> BTreeMap<CandidateId, Scores> {
+        candidates
+            .iter()
+            .map(|&c| (c, self.candidates[c.0 as usize].screen.clone()))
+            .collect()
+    }
+
     /// The combination of a spread round's best two tools: for each tool the round proposed for, its best
     /// proposal by screen (ties as in [`pick_best`]); of those that screen strictly above the parent, the two
     /// best become one candidate with both tools' new texts (a merge of two siblings, their parent the shared
@@ -429,10 +433,7 @@ impl Search {
         if tools.len() < 2 {
             return None;
         }
-        let screens: BTreeMap<CandidateId, Scores> = children
-            .iter()
-            .map(|&c| (c, self.candidates[c.0 as usize].screen.clone()))
-            .collect();
+        let screens = self.screens(children);
         // (mean, tool, best child for it), the tools whose best beats the parent, best first.
         let mut gains: Vec<(f64, String, CandidateId)> = tools
             .into_iter()
