@@ -8,7 +8,9 @@ mod from_traces_cli;
 mod ingest_cli;
 mod label_cli;
 mod optimize_cli;
+mod postgres;
 mod proxy_cli;
+mod workers_cli;
 
 use std::path::Path;
 use std::process::{Command, Output};
