@@ -43,7 +43,7 @@ pub struct DemoArgs {
     #[arg(long)]
     suite: Option<PathBuf>,
     /// Budget in rollouts for each objective's search (the final held-out comparison comes on top; the selection
-    /// search, screened, spends none). The whole demo on the defaults took 13 minutes on two AVX2 cores and 9 with
+    /// search, screened, spends none). The whole demo on the defaults took 10.5 minutes on two AVX2 cores and 8 with
     /// AVX-512 (where the time goes: docs/classroom.md).
     #[arg(long, default_value_t = DEMO_BUDGET)]
     budget: u64,

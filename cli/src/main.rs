@@ -66,8 +66,8 @@ enum Command {
     /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
     Optimize(optimize_cmd::OptimizeArgs),
     /// The overconfident contractor: optimise one description for task success and for selection rate, side by
-    /// side, and write a report comparing them. With the defaults about 13 minutes on two AVX2 cores (12 min 58 s
-    /// measured on an AMD EPYC virtual machine, AVX2-only build, 1.5B agent and reflector, peak RSS 2.2 GB; 9
+    /// side, and write a report comparing them. With the defaults about 10 minutes on two AVX2 cores (10 min 29 s
+    /// measured on an AMD EPYC virtual machine, AVX2-only build, 1.5B agent and reflector, peak RSS 2.2 GB; 8
     /// minutes with AVX-512).
     Demo(demo_cmd::DemoArgs),
     /// Write an HTML report (and its figures as JSON) of one or several optimisation runs, side by side.
