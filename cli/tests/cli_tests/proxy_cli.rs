@@ -550,6 +550,14 @@ fn stop(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// Ends an upstream server. Not by Ctrl-C: the contractor leaves SIGINT to its default action, and a process
+/// started from a shell without job control (a background job in a script) inherits SIGINT ignored, so a
+/// SIGINT there would leave the test waiting forever.
+fn kill(mut child: std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn over_http_a_tool_the_upstream_lacks_is_refused_at_start_unless_no_check() {
     let (upstream, url) = contractor_over_http();
@@ -583,7 +591,7 @@ fn over_http_a_tool_the_upstream_lacks_is_refused_at_start_unless_no_check() {
     assert!(purl.ends_with("/mcp"), "{purl}");
     stop(child);
     // A dead upstream is a start-up error too, naming the check and how to skip it.
-    stop(upstream);
+    kill(upstream);
     let err = proxy(&[]).expect_err("a dead upstream refuses the start");
     assert!(
         err.contains("checking the tools of") && err.contains("--no-check"),
@@ -759,6 +767,6 @@ fn the_rmcp_client_sees_the_rewritten_description_and_identical_results_through_
         }
     }
     stop(http_proxy);
-    stop(upstream);
+    kill(upstream);
     assert_eq!(compared, 4);
 }
