@@ -253,7 +253,7 @@ pub async fn run(db: &str, config: Option<&Path>, args: DemoArgs) -> Result<Exit
     }
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
-    crate::progress::stop_on_ctrl_c(stop.clone());
+    crate::progress::stop_on_ctrl_c(stop.clone()).context("listening for Ctrl-C")?;
     eprintln!(
         "tooltune demo: optimising {} of the {} suite ({} tasks) twice, for task success and for \
          selection rate, from seed {} with {} rollouts and {} each (plus the held-out comparison).",

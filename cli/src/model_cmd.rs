@@ -131,12 +131,13 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         .with_context(|| format!("binding {}:{}", a.host, a.port))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     let name = which.info().name;
+    let mut interrupts = crate::progress::Interrupts::listen().context("listening for Ctrl-C")?;
     eprintln!(
         "serving {name} at http://{addr}/v1 (POST /v1/chat/completions, GET /v1/models); Ctrl-C stops"
     );
     axum::serve(listener, tooltune_llm::serve::router(Arc::new(model), name))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+        .with_graceful_shutdown(async move {
+            interrupts.next().await;
         })
         .await
         .context("serving")?;

@@ -119,7 +119,7 @@ pub async fn run(
 ) -> Result<ExitCode> {
     let store = Store::open(db).await?;
     let stop = StopSignal::default();
-    crate::progress::stop_on_ctrl_c(stop.clone());
+    crate::progress::stop_on_ctrl_c(stop.clone()).context("listening for Ctrl-C")?;
     if args.from_traces {
         return from_traces(&store, config, &args).await;
     }

@@ -306,25 +306,61 @@ pub fn printer(
     (bar, f)
 }
 
+/// Ctrl-C, listened for from the moment `listen` returns.
+///
+/// `tokio::signal::ctrl_c()` registers its handler only when first polled, so a SIGINT that arrives between a
+/// command announcing itself (its URL, its first progress line) and that poll is lost when the process inherited
+/// SIGINT *ignored*, as a background job of a shell without job control does: a script that reads the URL and
+/// sends SIGINT at once then leaves the command running. Every long-running command listens before it announces.
+pub struct Interrupts {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    /// Starts listening (needs a tokio runtime).
+    pub fn listen() -> std::io::Result<Interrupts> {
+        Ok(Interrupts {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next Ctrl-C; `false` if no more can arrive.
+    pub async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        {
+            self.signal.recv().await.is_some()
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.is_ok()
+        }
+    }
+}
+
 /// Ctrl-C stops `stop` after the current step (the run stays resumable); a second Ctrl-C ends the process at once,
 /// for when the step itself does not end (a run with workers waits on jobs no worker takes, a model that hangs).
-/// What was stored before stays stored, and the run resumes from its last checkpoint.
-pub fn stop_on_ctrl_c(stop: tooltune_driver::StopSignal) {
+/// What was stored before stays stored, and the run resumes from its last checkpoint. Listening starts before this
+/// returns (see [`Interrupts`]).
+pub fn stop_on_ctrl_c(stop: tooltune_driver::StopSignal) -> std::io::Result<()> {
+    let mut interrupts = Interrupts::listen()?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_err() {
+        if !interrupts.next().await {
             return;
         }
         stop.stop();
         eprintln!(
             "stopping after the current step (Ctrl-C again to quit now; the run can be resumed)"
         );
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if interrupts.next().await {
             eprintln!(
                 "quitting: what was stored stays, and the run resumes from its last checkpoint"
             );
             std::process::exit(130);
         }
     });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -274,24 +274,15 @@ async fn serve_http(
         _ => Some(Store::open(db).await?),
     };
     let proxy = tooltune_proxy::http::HttpProxy::start(listen, options, store).await?;
-    // Ctrl-C is listened for before the URL is announced: a script may send SIGINT as soon as it has read the URL,
-    // and in a process that inherited SIGINT ignored (a background job of a shell without job control) one sent
-    // before the handler exists is lost, leaving the proxy running. (`ctrl_c()` registers only when first polled.)
-    #[cfg(unix)]
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("listening for Ctrl-C")?;
+    // Ctrl-C is listened for before the URL is announced (see `Interrupts`).
+    let mut interrupts = crate::progress::Interrupts::listen().context("listening for Ctrl-C")?;
     // The first line on stdout is the URL, so that a script that asked for port 0 can read it.
     println!("http://{}/mcp", proxy.local_addr());
     eprintln!(
         "tooltune proxy: listening on http://{}/mcp; Ctrl-C stops",
         proxy.local_addr()
     );
-    #[cfg(unix)]
-    interrupt.recv().await;
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    interrupts.next().await;
     proxy.shutdown().await?;
     Ok(ExitCode::SUCCESS)
 }

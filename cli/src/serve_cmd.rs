@@ -50,6 +50,7 @@ pub async fn run(db: &str, args: ServeArgs) -> Result<ExitCode> {
     cfg.max_jobs = args.max_jobs;
     cfg.resume = !args.no_resume;
     let auth = cfg.token.is_some();
+    let mut interrupts = crate::progress::Interrupts::listen().context("listening for Ctrl-C")?;
     let server = Server::start(store, cfg)
         .await
         .context("starting the web service")?;
@@ -64,9 +65,7 @@ pub async fn run(db: &str, args: ServeArgs) -> Result<ExitCode> {
             "loopback only, no token"
         }
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    interrupts.next().await;
     eprintln!("tooltune serve: stopping; unfinished runs resume at the next start");
     server.shutdown().await?;
     Ok(ExitCode::SUCCESS)

@@ -82,8 +82,9 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: WorkerArgs) -
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
     let json = args.json;
+    let mut interrupts = crate::progress::Interrupts::listen().context("listening for Ctrl-C")?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if interrupts.next().await {
             if !json {
                 eprintln!("stopping after the current batch (its jobs are finished, not lost)");
             }
