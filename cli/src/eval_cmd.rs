@@ -45,6 +45,16 @@ pub struct EvalArgs {
     /// turns sampled per task to estimate them; the figures then carry a 95% interval.
     #[arg(long, default_value_t = tooltune_evaluator::DEFAULT_FIRST_MOVE_SAMPLES)]
     first_move_samples: u32,
+    /// Also play out every first move the agent makes with probability 0.01 or more (not only its greedy one) and
+    /// report success in expectation over the first move: what a host that samples its model's first move would
+    /// see. Needs exact first-move scores (the local model); about one more rollout per likely move.
+    #[arg(long, conflicts_with = "selection_only")]
+    expected_success: bool,
+    /// Compare with an earlier evaluation of the same tasks (the JSON `eval --json` printed): per measure, both
+    /// means, tasks better and worse, and a paired test (exact McNemar on success, sign-flip permutation on the
+    /// probabilities).
+    #[arg(long, value_name = "EVAL_JSON")]
+    against: Option<std::path::PathBuf>,
     /// How many rollouts advance together in one model batch.
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -67,6 +77,8 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         ),
     };
     let candidate = load_candidate(&args)?;
+    // Read before the evaluation, so that a wrong path costs nothing.
+    let baseline = args.against.as_deref().map(read_baseline).transpose()?;
     let (agent, _) = crate::llm_config::resolve(config, args.model.as_deref(), None)?;
     let spec = crate::llm_config::spec(&agent, args.api_key_env.as_deref())
         .with_context(|| format!("--model {agent}"))?;
@@ -92,6 +104,7 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         },
         batch: args.batch,
         first_move_samples: args.first_move_samples,
+        expected_success: args.expected_success,
         run_id: Some(run_id.clone()),
         candidate_id: Some(candidate_id(&candidate)),
         ..EvalOptions::default()
@@ -122,6 +135,13 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
     bar.finish_and_clear();
     server.shutdown().await;
     let result = result?;
+    let comparison = match &baseline {
+        Some((path, b)) => Some(
+            tooltune_evaluator::compare::compare(b, &result)
+                .with_context(|| format!("--against {}", path.display()))?,
+        ),
+        None => None,
+    };
     if args.json {
         println!(
             "{}",
@@ -130,12 +150,81 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
                 "model": model.id(),
                 "candidate": candidate.descriptions,
                 "result": result,
+                "comparison": comparison,
             }))?
         );
     } else {
         print_result(&result, &run_id, store.is_some());
+        if args.expected_success && result.expected_success.is_none() {
+            eprintln!(
+                "warning: expected success was not measured: it needs exact first-move scores, which {} does not \
+                 give (the local model does)",
+                model.id()
+            );
+        }
+        if let (Some((path, _)), Some(c)) = (&baseline, &comparison) {
+            print_comparison(c, path);
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An earlier `eval --json` output: its `result`.
+fn read_baseline(path: &std::path::Path) -> Result<(std::path::PathBuf, SuiteResult)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--against {}: cannot be read", path.display()))?;
+    #[derive(serde::Deserialize)]
+    struct Printed {
+        result: SuiteResult,
+    }
+    let printed: Printed = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "--against {}:{}:{}: not the JSON `tooltune eval --json` prints ({e})",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })?;
+    Ok((path.to_path_buf(), printed.result))
+}
+
+fn print_comparison(c: &tooltune_evaluator::compare::Comparison, against: &std::path::Path) {
+    println!();
+    println!(
+        "against {} ({} tasks paired{}):",
+        against.display(),
+        c.tasks,
+        if c.unpaired > 0 {
+            format!(", {} in only one of them", c.unpaired)
+        } else {
+            String::new()
+        }
+    );
+    let rows = [
+        ("task success", &c.success),
+        ("expected success", &c.expected_success),
+        ("routing (exact)", &c.routing),
+        ("selection (exact)", &c.selection),
+        ("off-target selection", &c.off_target_selection),
+    ];
+    for (name, m) in rows {
+        if let Some(m) = m {
+            println!(
+                "  {name:<22} {:.3} -> {:.3}  ({} better, {} worse of {}; {} p = {:.4})",
+                m.baseline,
+                m.candidate,
+                m.better,
+                m.worse,
+                m.tasks,
+                if m.test == "mcnemar_exact" {
+                    "exact McNemar"
+                } else {
+                    "paired permutation"
+                },
+                m.p_value
+            );
+        }
+    }
 }
 
 fn load_candidate(args: &EvalArgs) -> Result<Candidate> {
@@ -210,8 +299,13 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
             .and_then(|p| p.get(&r.target))
             .map(|p| format!("  P({})={p:.3}", r.target))
             .unwrap_or_default();
+        let e = t
+            .expected_success
+            .as_ref()
+            .map(|e| format!("  E[success]={:.3}", e.value))
+            .unwrap_or_default();
         println!(
-            "{mark} {:<28} owner {:<14} {called}{p}{world}",
+            "{mark} {:<28} owner {:<14} {called}{p}{e}{world}",
             t.task_id,
             t.owner.as_deref().unwrap_or("-"),
         );
@@ -251,6 +345,20 @@ fn print_result(r: &SuiteResult, run_id: &str, stored: bool) {
             println!("  expected routing      {e:.3} (mean exact P(the right first move))")
         }
         _ => {}
+    }
+    if let (Some(e), Some(u)) = (r.expected_success, r.expected_success_unplayed) {
+        if u > 0.0005 {
+            println!(
+                "  expected success      {e:.3} [{e:.3}, {:.3}] (over the first move; moves below P = {} not \
+                 played out)",
+                e + u,
+                tooltune_evaluator::evaluate::MIN_BRANCH_PROBABILITY
+            );
+        } else {
+            println!(
+                "  expected success      {e:.3} (over the first move: every likely move played out)"
+            );
+        }
     }
     if r.infra_failures > 0 {
         println!(

@@ -4,15 +4,17 @@
 //!
 //! The result types and the judging of rollouts are in `result`, the first-move estimates in `first_moves`.
 
+mod branches;
 mod first_moves;
 mod result;
 
 use crate::EvalError;
 use crate::fixture::{self, Prepared, Workspace, check_world};
-use crate::host::{HostConfig, InfraFailure, RolloutTask, ToolServer, run_rollouts};
+use crate::host::{ForcedMove, HostConfig, InfraFailure, RolloutTask, ToolServer, run_rollouts};
 use crate::mcp::{CallOutcome, McpServer};
 use crate::suite::{Split, Suite, Task};
 use async_trait::async_trait;
+pub use branches::{Branch, ExpectedSuccess, MIN_BRANCH_PROBABILITY};
 pub use first_moves::estimate_first_move;
 use first_moves::{FirstMoves, likeliest_first};
 pub use result::{SuiteResult, TaskResult, Timings};
@@ -100,6 +102,10 @@ pub struct EvalOptions {
     /// first turns are sampled per task (at temperature 1) to estimate the first-move distribution. 1 keeps the
     /// host's own sampling and gives each move probability 0 or 1.
     pub first_move_samples: u32,
+    /// Full mode: also play out every first move the model makes with some probability, not only its greedy one,
+    /// and report each task's success in expectation over its first move (see `branches`). Needs exact
+    /// first-move probabilities (the local backend); costs about one more rollout per likely move.
+    pub expected_success: bool,
 }
 
 impl Default for EvalOptions {
@@ -116,6 +122,7 @@ impl Default for EvalOptions {
             candidate_id: None,
             rollout: 0,
             first_move_samples: DEFAULT_FIRST_MOVE_SAMPLES,
+            expected_success: false,
         }
     }
 }
@@ -223,6 +230,19 @@ pub async fn evaluate(
     let mut prepared = fixture.map(|f| Prepared::start(f, &suite.server, 0, chunks[0].len()));
     let mut closing = Vec::new();
     let mut kept = Vec::new();
+    let player = Player {
+        suite,
+        server,
+        model,
+        tools: &tools,
+        host,
+        target: &target,
+        opts,
+        hints: &hints,
+        fixture,
+    };
+    // Each played task's first-move distribution, in `results` order (for the branches of expected success).
+    let mut first_moves: Vec<Option<FirstMoves>> = Vec::new();
     for (c, chunk) in chunks.iter().enumerate() {
         let chunk: &[&Task] = chunk;
         // Exact first-call probabilities (one shared prefill per chunk on the local backend).
@@ -322,17 +342,11 @@ pub async fn evaluate(
                         side_effect_calls: Vec::new(),
                         changed_fixture: None,
                         read_only_violations: Vec::new(),
+                        expected_success: None,
                     });
                 }
             }
             Mode::Full => {
-                let rollout_tasks: Vec<RolloutTask> = chunk
-                    .iter()
-                    .map(|t| RolloutTask {
-                        prompt: t.prompt.clone(),
-                        max_steps: t.max_steps,
-                    })
-                    .collect();
                 // The chunk's worlds: with a fixture, a fresh copy and server per rollout (prepared ahead);
                 // the next chunk's start preparing now, behind this chunk's model work.
                 let workspaces: Vec<Result<Workspace, EvalError>> = match prepared.take() {
@@ -347,80 +361,21 @@ pub async fn evaluate(
                         next.len(),
                     ));
                 }
-                if let Some(r) = &suite.reset {
-                    r.run(&suite.dir).await?;
-                }
-                let adapters: Vec<Box<dyn ToolServer + '_>> = if fixture.is_none() {
-                    vec![Box::new(McpTools {
-                        server,
-                        timeout: opts.call_timeout,
-                    })]
-                } else {
-                    workspaces
-                        .iter()
-                        .map(|w| -> Box<dyn ToolServer + '_> {
-                            match w {
-                                Ok(w) => Box::new(McpTools {
-                                    server: &w.server,
-                                    timeout: opts.call_timeout,
-                                }),
-                                Err(e) => Box::new(Unavailable(e.to_string())),
-                            }
-                        })
-                        .collect()
-                };
-                let refs: Vec<&dyn ToolServer> = adapters.iter().map(|a| a.as_ref()).collect();
-                let rollouts = run_rollouts(model, &refs, &tools, &rollout_tasks, host).await;
-                drop(refs);
-                drop(adapters);
-                // What each rollout did to its world: checks on the copy, and whether it changed at all.
-                let mut worlds: Vec<(WorldChecks, Option<bool>)> = Vec::new();
-                if let Some(f) = fixture {
-                    for (task, w) in chunk.iter().zip(&workspaces) {
-                        worlds.push(match w {
-                            Ok(w) => (
-                                check_world(task, w.dir()).await,
-                                fixture::digest(w.dir()).ok().map(|d| d != f.digest),
-                            ),
-                            Err(_) => (Vec::new(), None),
-                        });
-                    }
-                    // Closing (stopping the servers, removing the copies) runs in the background.
-                    for w in workspaces.into_iter().flatten() {
-                        closing.push(tokio::spawn(w.close()));
-                    }
-                }
-                let tool_s: f64 = rollouts.iter().map(|r| r.tool_time.as_secs_f64()).sum();
-                timings.tools_s += tool_s;
-                timings.model_s += rollouts
-                    .iter()
-                    .map(|r| r.model_time.as_secs_f64())
-                    .fold(0.0, f64::max);
-                if rollouts.iter().any(|r| r.infra_failure.is_some()) && !server.is_alive().await {
-                    // The next chunk needs a live server; the failed rollouts stay marked as infrastructure errors.
-                    // A failed restart is not this chunk's error: the next chunk's calls then fail as
-                    // infrastructure errors and the restart is tried again after it, so it is logged, not returned.
-                    if let Err(e) = server.restart().await {
-                        tracing::warn!("restarting the MCP server after it died: {e}");
-                    }
-                }
-                let mut to_store = Vec::with_capacity(rollouts.len());
-                let mut worlds = worlds.into_iter();
-                for ((task, rollout), m) in chunk.iter().zip(rollouts).zip(moves) {
-                    let (world, changed) = worlds.next().unwrap_or_default();
-                    let (result, trajectory) = judge(
-                        task,
-                        rollout,
-                        m,
-                        &target,
-                        opts,
-                        &World {
-                            checks: &world,
-                            changed,
-                            hints: &hints,
-                        },
-                    );
+                let plays: Vec<(&Task, Option<ForcedMove>)> =
+                    chunk.iter().map(|t| (*t, None)).collect();
+                let judged = player
+                    .play(
+                        &plays,
+                        workspaces,
+                        moves.clone(),
+                        &mut timings,
+                        &mut closing,
+                    )
+                    .await?;
+                let mut to_store = Vec::with_capacity(judged.len());
+                for ((result, trajectory), m) in judged.into_iter().zip(moves) {
                     results.push(result);
+                    first_moves.push(m);
                     to_store.push(trajectory);
                 }
                 if let Some(sink) = sink {
@@ -437,6 +392,18 @@ pub async fn evaluate(
         done += chunk.len();
         progress(done, tasks.len());
     }
+    if opts.expected_success && opts.mode == Mode::Full {
+        expected_success(
+            &player,
+            &tasks,
+            &mut results,
+            &first_moves,
+            &mut timings,
+            &mut closing,
+            &mut progress,
+        )
+        .await?;
+    }
     for h in closing {
         let _ = h.await;
     }
@@ -451,6 +418,222 @@ pub async fn evaluate(
     );
     result.trajectories = kept;
     Ok(result)
+}
+
+/// What playing a chunk of rollouts needs, shared by the greedy rollouts and the branches of expected success.
+struct Player<'a> {
+    suite: &'a Suite,
+    server: &'a McpServer,
+    model: &'a dyn ChatModel,
+    tools: &'a [ToolSpec],
+    host: &'a HostConfig,
+    target: &'a str,
+    opts: &'a EvalOptions,
+    hints: &'a BTreeMap<String, crate::mcp::ToolHints>,
+    fixture: Option<&'a crate::fixture::Fixture>,
+}
+
+impl Player<'_> {
+    /// Plays `plays` (a task, and the first move imposed on it, if any) together, each on its workspace when the
+    /// suite has a fixture, and judges each rollout.
+    async fn play(
+        &self,
+        plays: &[(&Task, Option<ForcedMove>)],
+        workspaces: Vec<Result<Workspace, EvalError>>,
+        moves: Vec<Option<FirstMoves>>,
+        timings: &mut Timings,
+        closing: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> Result<Vec<(TaskResult, tooltune_core::Trajectory)>, EvalError> {
+        let rollout_tasks: Vec<RolloutTask> = plays
+            .iter()
+            .map(|(t, forced)| RolloutTask {
+                prompt: t.prompt.clone(),
+                max_steps: t.max_steps,
+                first_move: forced.clone(),
+            })
+            .collect();
+        if let Some(r) = &self.suite.reset {
+            r.run(&self.suite.dir).await?;
+        }
+        let adapters: Vec<Box<dyn ToolServer + '_>> = if self.fixture.is_none() {
+            vec![Box::new(McpTools {
+                server: self.server,
+                timeout: self.opts.call_timeout,
+            })]
+        } else {
+            workspaces
+                .iter()
+                .map(|w| -> Box<dyn ToolServer + '_> {
+                    match w {
+                        Ok(w) => Box::new(McpTools {
+                            server: &w.server,
+                            timeout: self.opts.call_timeout,
+                        }),
+                        Err(e) => Box::new(Unavailable(e.to_string())),
+                    }
+                })
+                .collect()
+        };
+        let refs: Vec<&dyn ToolServer> = adapters.iter().map(|a| a.as_ref()).collect();
+        let rollouts = run_rollouts(self.model, &refs, self.tools, &rollout_tasks, self.host).await;
+        drop(refs);
+        drop(adapters);
+        // What each rollout did to its world: checks on the copy, and whether it changed at all.
+        let mut worlds: Vec<(WorldChecks, Option<bool>)> = Vec::new();
+        if let Some(f) = self.fixture {
+            for ((task, _), w) in plays.iter().zip(&workspaces) {
+                worlds.push(match w {
+                    Ok(w) => (
+                        check_world(task, w.dir()).await,
+                        fixture::digest(w.dir()).ok().map(|d| d != f.digest),
+                    ),
+                    Err(_) => (Vec::new(), None),
+                });
+            }
+            // Closing (stopping the servers, removing the copies) runs in the background.
+            for w in workspaces.into_iter().flatten() {
+                closing.push(tokio::spawn(w.close()));
+            }
+        }
+        timings.tools_s += rollouts
+            .iter()
+            .map(|r| r.tool_time.as_secs_f64())
+            .sum::<f64>();
+        timings.model_s += rollouts
+            .iter()
+            .map(|r| r.model_time.as_secs_f64())
+            .fold(0.0, f64::max);
+        if rollouts.iter().any(|r| r.infra_failure.is_some()) && !self.server.is_alive().await {
+            // The next chunk needs a live server; the failed rollouts stay marked as infrastructure errors.
+            // A failed restart is not this chunk's error: the next chunk's calls then fail as
+            // infrastructure errors and the restart is tried again after it, so it is logged, not returned.
+            if let Err(e) = self.server.restart().await {
+                tracing::warn!("restarting the MCP server after it died: {e}");
+            }
+        }
+        let mut worlds = worlds.into_iter();
+        Ok(plays
+            .iter()
+            .zip(rollouts)
+            .zip(moves)
+            .map(|(((task, _), rollout), m)| {
+                let (world, changed) = worlds.next().unwrap_or_default();
+                judge(
+                    task,
+                    rollout,
+                    m,
+                    self.target,
+                    self.opts,
+                    &World {
+                        checks: &world,
+                        changed,
+                        hints: self.hints,
+                    },
+                )
+            })
+            .collect())
+    }
+}
+
+/// Plays out, for every task with a first-move distribution, the first moves its greedy rollout did not take
+/// (see `branches`), and sets each result's expected success. Branch rollouts are judged like any other but not
+/// stored: the store's rollouts of a candidate stay its greedy ones, which everything else counts.
+async fn expected_success(
+    player: &Player<'_>,
+    tasks: &[&Task],
+    results: &mut [TaskResult],
+    first_moves: &[Option<FirstMoves>],
+    timings: &mut Timings,
+    closing: &mut Vec<tokio::task::JoinHandle<()>>,
+    progress: &mut (impl FnMut(usize, usize) + Send),
+) -> Result<(), EvalError> {
+    // (index into `results`, the move imposed)
+    let mut plays: Vec<(usize, ForcedMove)> = Vec::new();
+    for (i, (r, m)) in results.iter().zip(first_moves).enumerate() {
+        let Some(m) = m else { continue };
+        if r.infra_failure.is_some() {
+            continue;
+        }
+        for mv in branches::to_play(m, &greedy_move(r)) {
+            plays.push((i, mv));
+        }
+    }
+    let total = tasks.len() + plays.len();
+    let batch = if player.suite.reset.is_some() {
+        1
+    } else {
+        player.opts.batch.max(1)
+    };
+    let mut outcomes: Vec<Vec<branches::Played>> = results.iter().map(|_| Vec::new()).collect();
+    let mut done = tasks.len();
+    for (c, chunk) in plays.chunks(batch).enumerate() {
+        // Branch rollouts take the slots after the greedy ones', so their fixture folders have stable names too.
+        let workspaces = match player.fixture {
+            Some(f) => {
+                Prepared::start(
+                    f,
+                    &player.suite.server,
+                    tasks.len() + c * batch,
+                    chunk.len(),
+                )
+                .take()
+                .await
+            }
+            None => Vec::new(),
+        };
+        let task_plays: Vec<(&Task, Option<ForcedMove>)> = chunk
+            .iter()
+            .map(|(i, mv)| (tasks[*i], Some(mv.clone())))
+            .collect();
+        let judged = player
+            .play(
+                &task_plays,
+                workspaces,
+                chunk.iter().map(|_| None).collect(),
+                timings,
+                closing,
+            )
+            .await?;
+        for ((i, mv), (r, _)) in chunk.iter().zip(judged) {
+            outcomes[*i].push(branches::Played {
+                first_move: mv.clone(),
+                outcome: r.infra_failure.is_none().then_some(branches::Outcome {
+                    success: r.success,
+                    final_answer: r.final_answer,
+                    called: r.called,
+                    changed_fixture: r.changed_fixture,
+                }),
+                greedy: false,
+            });
+        }
+        done += chunk.len();
+        progress(done, total);
+    }
+    for ((r, m), mut played) in results.iter_mut().zip(first_moves).zip(outcomes) {
+        let Some(m) = m else { continue };
+        if r.infra_failure.is_some() {
+            continue;
+        }
+        played.push(branches::Played {
+            first_move: greedy_move(r),
+            outcome: Some(branches::Outcome {
+                success: r.success,
+                final_answer: r.final_answer.clone(),
+                called: r.called.clone(),
+                changed_fixture: r.changed_fixture,
+            }),
+            greedy: true,
+        });
+        r.expected_success = Some(branches::combine(m, played));
+    }
+    Ok(())
+}
+
+/// The first move a played rollout made: its first call, or an answer without one.
+fn greedy_move(r: &TaskResult) -> ForcedMove {
+    r.called
+        .first()
+        .map_or(ForcedMove::NoCall, |c| ForcedMove::Tool(c.clone()))
 }
 
 fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> ChatRequest {

@@ -92,6 +92,22 @@ pub struct RolloutTask {
     pub prompt: String,
     /// The most model turns that may call tools; one more turn without tools produces the final answer.
     pub max_steps: u32,
+    /// The first move, when it is imposed rather than the model's: the rollout then shows what follows a move
+    /// the model makes with some probability (a branch of the first-move distribution). Later turns are the
+    /// model's own.
+    pub first_move: Option<ForcedMove>,
+}
+
+/// A first move imposed on a rollout.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ForcedMove {
+    /// The first turn calls this tool (its arguments are the model's).
+    Tool(String),
+    /// The first turn answers without a tool.
+    NoCall,
 }
 
 /// The result of one rollout.
@@ -191,13 +207,17 @@ pub async fn run_rollouts(
                 let l = &live[i];
                 // Told to answer (at the step limit, or after an empty turn): no more calls.
                 let out_of_steps = l.told_to_answer || l.model_turns >= tasks[i].max_steps;
+                let forced = (l.model_turns == 0)
+                    .then_some(tasks[i].first_move.as_ref())
+                    .flatten();
                 ChatRequest {
                     messages: l.messages.clone(),
                     tools: tools.to_vec(),
-                    tool_choice: if out_of_steps {
-                        ToolChoice::None
-                    } else {
-                        ToolChoice::Auto
+                    tool_choice: match forced {
+                        _ if out_of_steps => ToolChoice::None,
+                        Some(ForcedMove::Tool(name)) => ToolChoice::Tool(name.clone()),
+                        Some(ForcedMove::NoCall) => ToolChoice::None,
+                        None => ToolChoice::Auto,
                     },
                     max_tokens: cfg.max_tokens,
                     temperature: cfg.temperature,
@@ -485,6 +505,7 @@ mod tests {
         let task = RolloutTask {
             prompt: "q".into(),
             max_steps: 5,
+            first_move: None,
         };
         let cfg = HostConfig::default();
         let out = run_rollouts(&model, &[&EchoServer], &[tool("a")], &[task], &cfg).await;
@@ -516,6 +537,7 @@ mod tests {
         let task = RolloutTask {
             prompt: "q".into(),
             max_steps: 5,
+            first_move: None,
         };
         let out = run_rollouts(
             &model,
@@ -527,5 +549,63 @@ mod tests {
         .await;
         assert_eq!(out[0].trajectory.final_answer, None);
         assert_eq!(model.seen.lock().expect("lock").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_imposed_first_move_binds_the_first_turn_only() {
+        let model = ScriptedFakeAgent {
+            replies: Mutex::new(vec![
+                reply(None, Some("b")),
+                reply(None, Some("a")),
+                reply(Some("done"), None),
+            ]),
+            seen: Mutex::new(Vec::new()),
+        };
+        let task = RolloutTask {
+            prompt: "q".into(),
+            max_steps: 2,
+            first_move: Some(ForcedMove::Tool("b".into())),
+        };
+        let out = run_rollouts(
+            &model,
+            &[&EchoServer],
+            &[tool("a"), tool("b")],
+            &[task],
+            &HostConfig::default(),
+        )
+        .await;
+        assert_eq!(out[0].called, ["b", "a"]);
+        let seen = model.seen.lock().expect("lock").clone();
+        assert_eq!(seen[0].tool_choice, ToolChoice::Tool("b".into()));
+        assert_eq!(seen[0].tools.len(), 2, "every tool stays in the prompt");
+        assert_eq!(
+            seen[1].tool_choice,
+            ToolChoice::Auto,
+            "the model's own second turn"
+        );
+        assert_eq!(seen[2].tool_choice, ToolChoice::None, "at the step limit");
+        // Answering without a tool, imposed: the first turn may not call.
+        let model = ScriptedFakeAgent {
+            replies: Mutex::new(vec![reply(Some("42"), None)]),
+            seen: Mutex::new(Vec::new()),
+        };
+        let task = RolloutTask {
+            prompt: "q".into(),
+            max_steps: 2,
+            first_move: Some(ForcedMove::NoCall),
+        };
+        let out = run_rollouts(
+            &model,
+            &[&EchoServer],
+            &[tool("a")],
+            &[task],
+            &HostConfig::default(),
+        )
+        .await;
+        assert_eq!(out[0].trajectory.final_answer.as_deref(), Some("42"));
+        assert_eq!(
+            model.seen.lock().expect("lock")[0].tool_choice,
+            ToolChoice::None
+        );
     }
 }

@@ -4,8 +4,10 @@
 //! both protocol eras, per-call timeouts, restarts) and the task suites ([`suite`]: a TOML format, its
 //! loader with precise errors, and the pure checks that score a rollout), the host agent loop ([`host`]: the
 //! model sees the candidate's descriptions, its calls go to the real server) and the evaluation of a candidate on
-//! a suite ([`evaluate`]: scores, exact first-call probabilities, rollouts stored as trajectories).
+//! a suite ([`evaluate`]: scores, exact first-call probabilities, rollouts stored as trajectories), and two
+//! evaluations of the same tasks compared with paired tests ([`compare`]).
 
+pub mod compare;
 pub mod evaluate;
 pub mod fixture;
 pub mod host;
@@ -157,6 +159,9 @@ pub enum EvalError {
         /// How it failed.
         message: String,
     },
+    /// Two evaluations cannot be compared (different suites or tools under study, no task in common).
+    #[error("{0}")]
+    Incomparable(String),
 }
 
 impl EvalError {
@@ -169,6 +174,7 @@ impl EvalError {
             EvalError::ToolRejected { .. }
                 | EvalError::UnknownTool { .. }
                 | EvalError::NoTarget { .. }
+                | EvalError::Incomparable(_)
         )
     }
 }

@@ -78,7 +78,7 @@ impl Message {
 }
 
 /// Whether the model may, must or must not call a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
     /// The model decides (the default).
@@ -89,6 +89,10 @@ pub enum ToolChoice {
     /// The model must answer in text. The tools stay in what the model sees (as hosted APIs keep them); only
     /// calling them is ruled out.
     None,
+    /// The model must call this tool (OpenAI's named function choice). Every tool stays in what the model sees,
+    /// so the call's arguments are written in the same context as an unforced call: the evaluator uses it to
+    /// play out the first moves the model did not pick greedily.
+    Tool(String),
 }
 
 /// One chat-completion request.

@@ -210,12 +210,11 @@ pub fn request_to_wire(req: &ChatRequest, model: &str) -> WireRequest {
         model: model.to_string(),
         messages,
         tools: req.tools.iter().map(tool_json).collect(),
-        tool_choice: has_tools.then(|| {
-            json!(match req.tool_choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Required => "required",
-                ToolChoice::None => "none",
-            })
+        tool_choice: has_tools.then(|| match &req.tool_choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
         }),
         max_tokens: Some(req.max_tokens),
         max_completion_tokens: None,
@@ -331,18 +330,17 @@ pub fn request_from_wire(w: WireRequest) -> Result<ChatRequest, String> {
             other => return Err(format!("tool_choice: unknown value `{other}`")),
         },
         Some(v) => {
-            // A named function: require a call and show only that tool.
+            // A named function: that tool must be called; every tool stays in the prompt, as hosted APIs keep them.
             let name = v
                 .pointer("/function/name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| {
                     "tool_choice: expected a string or {\"function\": {\"name\"}}".to_string()
                 })?;
-            tools.retain(|t| t.name == name);
-            if tools.is_empty() {
+            if !tools.iter().any(|t| t.name == name) {
                 return Err(format!("tool_choice: no tool named `{name}`"));
             }
-            ToolChoice::Required
+            ToolChoice::Tool(name.to_string())
         }
     };
     Ok(ChatRequest {
@@ -499,7 +497,14 @@ mod tests {
         w.tool_choice = Some(json!({"type": "function", "function": {"name": "read_file"}}));
         assert_eq!(
             request_from_wire(w.clone()).expect("ok").tool_choice,
-            ToolChoice::Required
+            ToolChoice::Tool("read_file".into())
+        );
+        // And back: the name survives the trip to an OpenAI-compatible server.
+        let mut named = sample();
+        named.tool_choice = ToolChoice::Tool("read_file".into());
+        assert_eq!(
+            request_to_wire(&named, "m").tool_choice,
+            Some(json!({"type": "function", "function": {"name": "read_file"}}))
         );
         w.tool_choice = Some(json!({"type": "function", "function": {"name": "nope"}}));
         assert!(

@@ -97,6 +97,7 @@ impl TaskResult {
             side_effect_calls: Vec::new(),
             changed_fixture: None,
             read_only_violations: Vec::new(),
+            expected_success: None,
         })
     }
 }

@@ -62,6 +62,9 @@ pub struct TaskResult {
     /// fixture: the hint is false.
     #[serde(default)]
     pub read_only_violations: Vec<String>,
+    /// Success in expectation over the first move, when it was measured (`EvalOptions::expected_success`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_success: Option<super::ExpectedSuccess>,
 }
 
 impl TaskResult {
@@ -87,6 +90,7 @@ impl TaskResult {
             side_effect_calls: Vec::new(),
             changed_fixture: None,
             read_only_violations: Vec::new(),
+            expected_success: None,
         }
     }
 }
@@ -147,6 +151,14 @@ pub struct SuiteResult {
     /// See `first_move_samples`.
     #[serde(default)]
     pub expected_routing_interval: Option<(f64, f64)>,
+    /// Mean success in expectation over the first move (`EvalOptions::expected_success`), over every judged
+    /// task; `None` unless every judged task has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_success: Option<f64>,
+    /// Mean probability of the first moves not played out: the mean expectation lies in
+    /// `[expected_success, expected_success + expected_success_unplayed]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_success_unplayed: Option<f64>,
     /// Tasks whose rollout hit an infrastructure failure.
     pub infra_failures: u64,
     /// Where the time went.
@@ -278,6 +290,7 @@ pub(super) fn judge(
         side_effect_calls,
         changed_fixture: world.changed,
         read_only_violations,
+        expected_success: None,
     };
     (result, trajectory)
 }
@@ -336,7 +349,17 @@ pub(super) fn summarise(
         let r = Rate::wilson(hits, trials);
         (r.low, r.high)
     });
+    let expected: Vec<&super::ExpectedSuccess> = judged
+        .iter()
+        .filter_map(|t| t.expected_success.as_ref())
+        .collect();
+    let complete = !expected.is_empty() && expected.len() == judged.len();
+    let mean = |f: fn(&super::ExpectedSuccess) -> f64| {
+        complete.then(|| expected.iter().map(|e| f(e)).sum::<f64>() / expected.len() as f64)
+    };
     SuiteResult {
+        expected_success: mean(|e| e.value),
+        expected_success_unplayed: mean(|e| e.unplayed),
         suite: suite.name.clone(),
         target,
         mode,

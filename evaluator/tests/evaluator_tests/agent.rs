@@ -394,3 +394,156 @@ async fn a_hosted_backend_screens_by_sampled_first_moves_with_an_interval() {
     let (lo, hi) = r.expected_routing_interval.expect("an interval");
     assert!(lo <= e && e <= hi && hi - lo > 0.0, "{lo} {e} {hi}");
 }
+
+/// Checks what every task's expected success must satisfy: the greedy rollout is its first branch, every other
+/// branch called the tool imposed on it first (or, cut at the token limit, none; at least one made its call), the
+/// branches and what was not played cover the whole
+/// first-move distribution, and the value is the probability of the branches that succeeded.
+fn check_branches(r: &tooltune_evaluator::evaluate::SuiteResult) {
+    use tooltune_evaluator::host::ForcedMove;
+    for t in &r.tasks {
+        assert!(t.infra_failure.is_none(), "{t:?}");
+        let e = t.expected_success.as_ref().expect("measured");
+        let greedy = &e.branches[0];
+        assert!(greedy.greedy, "{e:?}");
+        assert_eq!(greedy.success, t.success);
+        assert_eq!(greedy.called, t.called);
+        for b in &e.branches[1..] {
+            assert!(!b.greedy);
+            match &b.first_move {
+                // A call cut at the token limit is no call (the 0.5B, made to search the web for Porto's
+                // weather, writes "Porto, Porto, ..." until the limit), but never a call of another tool.
+                ForcedMove::Tool(name) => assert!(
+                    b.called.is_empty() || b.called.first() == Some(name),
+                    "{} {b:?}",
+                    t.task_id
+                ),
+                ForcedMove::NoCall => assert!(b.called.is_empty(), "{} {b:?}", t.task_id),
+            }
+            assert!(b.probability >= tooltune_evaluator::evaluate::MIN_BRANCH_PROBABILITY);
+        }
+        let covered: f64 = e.branches.iter().map(|b| b.probability).sum();
+        assert!((covered + e.unplayed - 1.0).abs() < 1e-6, "{e:?}");
+        let won: f64 = e
+            .branches
+            .iter()
+            .filter(|b| b.success)
+            .map(|b| b.probability)
+            .sum();
+        assert!((e.value - won).abs() < 1e-9, "{e:?}");
+    }
+    assert!(r.expected_success.is_some());
+    let imposed_and_made = r
+        .tasks
+        .iter()
+        .flat_map(|t| &t.expected_success.as_ref().expect("measured").branches)
+        .filter(|b| {
+            matches!(&b.first_move, ForcedMove::Tool(n) if !b.greedy && b.called.first() == Some(n))
+        })
+        .count();
+    assert!(imposed_and_made > 0, "an imposed call was made: {r:?}");
+}
+
+/// Expected success with the real 0.5B on the contractor server: every likely first move is played out (see
+/// `check_branches`), and an evaluation compared with a repeat of itself differs on no task in any measure
+/// (greedy decoding, forced or not, is reproducible).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expected_success_plays_out_every_likely_first_move_and_a_repeat_compares_equal() {
+    let agent = model("local:fast").await;
+    let _ = common::bin_dir();
+    let suite = Suite::load(suites_dir().join("contractor-small.toml")).expect("suite");
+    let server = McpServer::connect(suite.server.clone())
+        .await
+        .expect("server");
+    let opts = EvalOptions {
+        expected_success: true,
+        target: Some("search_docs".into()),
+        ..only(&["docs-coverage", "web-nairobi-uv", "web-porto"])
+    };
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let r = evaluate(
+            &suite,
+            &server,
+            agent.as_ref(),
+            None,
+            &Candidate::default(),
+            &opts,
+            |_, _| {},
+        )
+        .await
+        .expect("evaluates");
+        check_branches(&r);
+        // Branch rollouts are not the candidate's rollouts: only the greedy ones are kept.
+        assert_eq!(r.trajectories.len(), 3);
+        runs.push(r);
+    }
+    let branches: usize = runs[0]
+        .tasks
+        .iter()
+        .map(|t| t.expected_success.as_ref().map_or(0, |e| e.branches.len()))
+        .sum();
+    assert!(branches > 3, "the 0.5B is unsure of every task: {branches}");
+    let c = tooltune_evaluator::compare::compare(&runs[0], &runs[1]).expect("comparable");
+    assert_eq!(c.tasks, 3);
+    for m in [&c.success, &c.expected_success, &c.routing, &c.selection] {
+        let m = m.as_ref().expect("measured on both sides");
+        assert_eq!((m.better, m.worse, m.p_value), (0, 0, 1.0), "{c:?}");
+    }
+}
+
+/// With a fixture every branch rollout gets its own copy, as a greedy one does: branches that only read find their
+/// copy unchanged beside branches that wrote to theirs, and the fixture itself stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branch_rollouts_of_a_suite_with_a_fixture_each_run_on_their_own_copy() {
+    let agent = model("local:fast").await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let suite = common::notes_suite(dir.path(), true, common::NOTES_TASKS);
+    let source = common::workspace().join("evaluator/tests/fixtures/notes");
+    let before = tooltune_evaluator::fixture::digest(&source).expect("digest");
+    let server = suite.connect().await.expect("connect");
+    let opts = EvalOptions {
+        expected_success: true,
+        target: Some("read_note".into()),
+        ..only(&["delete-beta", "how-many", "beta-state"])
+    };
+    let r = evaluate(
+        &suite,
+        &server,
+        agent.as_ref(),
+        None,
+        &Candidate::default(),
+        &opts,
+        |_, _| {},
+    )
+    .await
+    .expect("evaluates");
+    server.shutdown().await;
+    assert!(r.fixture);
+    check_branches(&r);
+    // `delete_note` and `count_notes` (which keeps an access log) change a copy; a branch that called neither
+    // finds its copy unchanged although branches that wrote ran beside it, which a shared world would not show.
+    let branches: Vec<_> = r
+        .tasks
+        .iter()
+        .flat_map(|t| &t.expected_success.as_ref().expect("measured").branches)
+        .collect();
+    assert!(
+        branches.iter().any(|b| b.changed_fixture == Some(true)),
+        "some branch changed its copy: {branches:?}"
+    );
+    for b in &branches {
+        let writes = b
+            .called
+            .iter()
+            .any(|c| c == "delete_note" || c == "count_notes");
+        if !writes {
+            assert_eq!(b.changed_fixture, Some(false), "{b:?}");
+        }
+    }
+    assert_eq!(
+        tooltune_evaluator::fixture::digest(&source).expect("digest"),
+        before,
+        "the fixture is untouched"
+    );
+}

@@ -57,14 +57,29 @@ impl<'m> Engine<'m> {
         // Calls are then ruled out at sampling (see `forbid_calls`).
         let use_tools = !req.tools.is_empty() && req.tool_choice != ToolChoice::None;
         let mut text = self.template.render(&req.messages, &req.tools, true)?;
-        let required = use_tools && req.tool_choice == ToolChoice::Required;
+        let required =
+            use_tools && matches!(req.tool_choice, ToolChoice::Required | ToolChoice::Tool(_));
         if required {
             text.push_str("<tool_call>\n");
         }
-        let grammar = if use_tools {
-            Some(self.grammar_for(req)?)
-        } else {
-            None
+        let grammar = match &req.tool_choice {
+            _ if !use_tools => None,
+            // A named tool: the prompt shows every tool, the grammar allows a call of this one only.
+            ToolChoice::Tool(name) => {
+                let named: Vec<_> = req
+                    .tools
+                    .iter()
+                    .filter(|t| &t.name == name)
+                    .cloned()
+                    .collect();
+                if named.is_empty() {
+                    return Err(LlmError::InvalidRequest(format!(
+                        "tool_choice names `{name}`, which is not among the request's tools"
+                    )));
+                }
+                Some(self.grammar_for(&named)?)
+            }
+            _ => Some(self.grammar_for(&req.tools)?),
         };
         let tokens = self.tokenize(&text, true);
         if tokens.len() + 1 > self.n_ctx {
@@ -410,6 +425,13 @@ impl<'m> Engine<'m> {
                     }
                 };
                 if st.generated >= st.max_tokens || st.pos + feed.len() + 1 >= self.n_ctx {
+                    if st.mode == Mode::Call {
+                        // The call is dropped unfinished: the reply has no call and no text.
+                        tracing::debug!(
+                            call = %String::from_utf8_lossy(&st.call),
+                            "a tool call was cut at the token limit",
+                        );
+                    }
                     st.done = Some(Ok(FinishReason::Length));
                     continue;
                 }

@@ -2,14 +2,15 @@
 //! the tool-call grammar built from the tools' schemas, checked lazily by [`TokenSampler`].
 
 use super::Engine;
+use crate::LlmError;
 use crate::local::grammar::tool_call_schema;
-use crate::{ChatRequest, LlmError};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::logit_bias::LlamaLogitBias;
+use tooltune_core::ToolSpec;
 
 /// Picks the next token, optionally under a grammar.
 ///
@@ -45,18 +46,18 @@ impl TokenSampler {
 }
 
 impl<'m> Engine<'m> {
-    pub(super) fn grammar_for(&mut self, req: &ChatRequest) -> Result<String, LlmError> {
-        let key = serde_json::to_string(&req.tools).unwrap_or_default();
+    pub(super) fn grammar_for(&mut self, tools: &[ToolSpec]) -> Result<String, LlmError> {
+        let key = serde_json::to_string(tools).unwrap_or_default();
         if let Some(g) = self.grammars.get(&key) {
             return Ok(g.clone());
         }
         let usable =
             |s: &serde_json::Value| llama_cpp_2::json_schema_to_grammar(&s.to_string()).is_ok();
-        let schema = tool_call_schema(&req.tools, usable);
+        let schema = tool_call_schema(tools, usable);
         let g = llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(|e| {
             LlmError::InvalidRequest(format!(
                 "the tools' schemas cannot be turned into a grammar ({e}); tools: {}",
-                req.tools
+                tools
                     .iter()
                     .map(|t| t.name.as_str())
                     .collect::<Vec<_>>()
