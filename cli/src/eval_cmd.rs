@@ -110,8 +110,17 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         ..EvalOptions::default()
     };
     let bar = ProgressBar::new(0);
+    // With --expected-success the count goes on past the tasks' greedy rollouts into their other first moves,
+    // whose number is known only once the first moves are scored.
+    let unit = if args.expected_success {
+        "rollouts (the total grows as each task's other likely first moves are found)"
+    } else {
+        "tasks"
+    };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} tasks ({elapsed})")
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, about {{eta}} left)"
+        ))
             .unwrap_or(ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
