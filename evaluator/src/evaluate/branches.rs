@@ -150,12 +150,17 @@ mod tests {
         }
     }
 
-    fn out(success: bool) -> Outcome {
-        Outcome {
-            success,
-            final_answer: None,
-            called: Vec::new(),
-            changed_fixture: None,
+    /// A played move: its verdict (`None`: an infrastructure failure) and whether it is the greedy rollout.
+    fn played(first_move: ForcedMove, success: Option<bool>, greedy: bool) -> Played {
+        Played {
+            first_move,
+            outcome: success.map(|success| Outcome {
+                success,
+                final_answer: None,
+                called: Vec::new(),
+                changed_fixture: None,
+            }),
+            greedy,
         }
     }
 
@@ -184,21 +189,9 @@ mod tests {
         let e = combine(
             &m,
             vec![
-                Played {
-                    first_move: tool("web"),
-                    outcome: Some(out(false)),
-                    greedy: false,
-                },
-                Played {
-                    first_move: tool("docs"),
-                    outcome: Some(out(true)),
-                    greedy: true,
-                },
-                Played {
-                    first_move: ForcedMove::NoCall,
-                    outcome: Some(out(true)),
-                    greedy: false,
-                },
+                played(tool("web"), Some(false), false),
+                played(tool("docs"), Some(true), true),
+                played(ForcedMove::NoCall, Some(true), false),
             ],
         );
         assert!((e.value - 0.9).abs() < 1e-12, "{e:?}");
@@ -209,16 +202,8 @@ mod tests {
         let e = combine(
             &m,
             vec![
-                Played {
-                    first_move: tool("docs"),
-                    outcome: Some(out(true)),
-                    greedy: true,
-                },
-                Played {
-                    first_move: ForcedMove::NoCall,
-                    outcome: None,
-                    greedy: false,
-                },
+                played(tool("docs"), Some(true), true),
+                played(ForcedMove::NoCall, None, false),
             ],
         );
         assert!((e.value - 0.5).abs() < 1e-12);
@@ -234,16 +219,8 @@ mod tests {
         let e = combine(
             &m,
             vec![
-                Played {
-                    first_move: tool("docs"),
-                    outcome: Some(out(true)),
-                    greedy: false,
-                },
-                Played {
-                    first_move: tool("docs"),
-                    outcome: Some(out(false)),
-                    greedy: true,
-                },
+                played(tool("docs"), Some(true), false),
+                played(tool("docs"), Some(false), true),
             ],
         );
         assert_eq!(e.branches.len(), 1);
