@@ -8,7 +8,7 @@ use crate::EvalError;
 use crate::evaluate::{Mode, SuiteResult, TaskResult};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tooltune_objectives::stats::{MonteCarlo, Rate, mcnemar_exact, paired_permutation};
+use tooltune_objectives::stats::{MonteCarlo, mcnemar_exact, paired_permutation};
 
 /// One measure compared: the baseline's and the candidate's mean over the paired tasks, and the paired test.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -94,11 +94,8 @@ pub fn compare(baseline: &SuiteResult, candidate: &SuiteResult) -> Result<Compar
         let bools: Vec<(bool, bool)> = pairs.iter().map(|(x, y)| (x.success, y.success)).collect();
         let p = mcnemar_exact(bools.iter().copied());
         let n = bools.len() as u64;
-        let rate = |f: fn(&(bool, bool)) -> bool| {
-            Rate::wilson(bools.iter().filter(|b| f(b)).count() as u64, n)
-                .value
-                .unwrap_or(0.0)
-        };
+        let rate =
+            |f: fn(&(bool, bool)) -> bool| bools.iter().filter(|b| f(b)).count() as f64 / n as f64;
         Some(MeasureDelta {
             tasks: n,
             baseline: rate(|b| b.0),
@@ -147,12 +144,8 @@ fn permutation(
     let Some(values) = values.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    // A fixed seed: the same two files always give the same p-value.
-    let mc = MonteCarlo {
-        permutations: 100_000,
-        seed: 0,
-    };
-    let t = paired_permutation(values.iter().copied(), mc)
+    // The default's fixed seed: the same two files always give the same p-value.
+    let t = paired_permutation(values.iter().copied(), MonteCarlo::default())
         .map_err(|e| EvalError::Incomparable(e.to_string()))?;
     let n = values.len() as f64;
     Ok(Some(MeasureDelta {
@@ -170,6 +163,7 @@ fn permutation(
 mod tests {
     use super::*;
     use crate::evaluate::Timings;
+    use tooltune_objectives::stats::Rate;
 
     fn task(
         id: &str,

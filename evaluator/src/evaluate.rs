@@ -218,12 +218,7 @@ pub async fn evaluate(
     let mut results: Vec<TaskResult> = Vec::with_capacity(tasks.len());
     let mut done = 0;
     progress(0, tasks.len());
-    // A reset command cannot give rollouts that run together a state each: they run one at a time.
-    let batch = if suite.reset.is_some() {
-        1
-    } else {
-        opts.batch.max(1)
-    };
+    let batch = batch_size(suite, opts);
     let chunks: Vec<&[&Task]> = tasks.chunks(batch).collect();
     let fixture = suite.fixture.as_ref().filter(|_| opts.mode == Mode::Full);
     // Workspaces (fixture copies with started servers) for the next chunk, prepared while this one runs.
@@ -559,11 +554,7 @@ async fn expected_success(
         }
     }
     let total = tasks.len() + plays.len();
-    let batch = if player.suite.reset.is_some() {
-        1
-    } else {
-        player.opts.batch.max(1)
-    };
+    let batch = batch_size(player.suite, player.opts);
     let mut outcomes: Vec<Vec<branches::Played>> = results.iter().map(|_| Vec::new()).collect();
     let mut done = tasks.len();
     for (c, chunk) in plays.chunks(batch).enumerate() {
@@ -627,6 +618,16 @@ async fn expected_success(
         r.expected_success = Some(branches::combine(m, played));
     }
     Ok(())
+}
+
+/// How many rollouts advance together. A reset command cannot give rollouts that run together a state each: they
+/// run one at a time.
+fn batch_size(suite: &Suite, opts: &EvalOptions) -> usize {
+    if suite.reset.is_some() {
+        1
+    } else {
+        opts.batch.max(1)
+    }
 }
 
 /// The first move a played rollout made: its first call, or an answer without one.
