@@ -79,6 +79,16 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
     let candidate = load_candidate(&args)?;
     // Read before the evaluation, so that a wrong path costs nothing.
     let baseline = args.against.as_deref().map(read_baseline).transpose()?;
+    if let Some((path, b)) = &baseline
+        && b.suite != suite.name
+    {
+        anyhow::bail!(
+            "--against {}: an evaluation of suite `{}`, not of `{}`; compare evaluations of the same suite",
+            path.display(),
+            b.suite,
+            suite.name
+        );
+    }
     let (agent, _) = crate::llm_config::resolve(config, args.model.as_deref(), None)?;
     let spec = crate::llm_config::spec(&agent, args.api_key_env.as_deref())
         .with_context(|| format!("--model {agent}"))?;
@@ -144,12 +154,14 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
     bar.finish_and_clear();
     server.shutdown().await;
     let result = result?;
-    let comparison = match &baseline {
-        Some((path, b)) => Some(
-            tooltune_evaluator::compare::compare(b, &result)
-                .with_context(|| format!("--against {}", path.display()))?,
-        ),
-        None => None,
+    // A comparison that fails (another tool under study, no task in common) does not cost the evaluation: the
+    // result is printed first, and the error after it.
+    let (comparison, incomparable) = match &baseline {
+        Some((path, b)) => match tooltune_evaluator::compare::compare(b, &result) {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(format!("--against {}: {e}", path.display()))),
+        },
+        None => (None, None),
     };
     if args.json {
         println!(
@@ -174,6 +186,10 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         if let (Some((path, _)), Some(c)) = (&baseline, &comparison) {
             print_comparison(c, path);
         }
+    }
+    if let Some(e) = incomparable {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
