@@ -1,6 +1,7 @@
 //! The `tooltune` command line: thin glue over the library crates, parsing arguments and printing results.
 
 mod demo_cmd;
+mod doctor_cmd;
 mod eval_cmd;
 mod ingest_cmd;
 mod label_cmd;
@@ -56,6 +57,9 @@ enum Command {
         #[command(subcommand)]
         command: TracesCommand,
     },
+    /// Check this machine and build: CPU features, the llama.cpp kernels compiled in, the models' hashes, and a
+    /// self-test of the engine. The first thing to run when something looks wrong.
+    Doctor(doctor_cmd::DoctorArgs),
     /// Fetch or serve the embedded local model.
     Model(model_cmd::ModelArgs),
     /// Run an MCP server (stdio) behind tooltune: hosts see chosen descriptions, or A/B variants, and each
@@ -134,6 +138,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Traces {
             command: TracesCommand::Label(args),
         } => label_cmd::run(&db, cli.config.as_deref(), args).await,
+        Command::Doctor(args) => doctor_cmd::run(args).await,
         Command::Model(args) => model_cmd::run(args).await,
         Command::Proxy(args) => proxy_cmd::run(&db, args).await,
         Command::Eval(args) => eval_cmd::run(&db, cli.config.as_deref(), args).await,

@@ -206,7 +206,11 @@ pub async fn build(spec: &BackendSpec) -> Result<Arc<dyn ChatModel>, LlmError> {
             if let Some(t) = threads {
                 o.threads = *t;
             }
-            Ok(Arc::new(LocalModel::load(o).await?))
+            let m = LocalModel::load(o).await?;
+            // The cheap part of the engine check (AMX compiled in, instructions this CPU lacks, one probe with
+            // known probabilities) before any run uses the model: a clear message instead of a crash mid-run.
+            crate::local::check::preflight(&m, *model).await?;
+            Ok(Arc::new(m))
         }
         #[cfg(feature = "openai")]
         BackendSpec::Openai {

@@ -40,6 +40,16 @@ pub enum LlmError {
         /// What failed.
         message: String,
     },
+    /// The embedded engine must not run on this CPU as built, or failed its self-test (see `local::check`).
+    #[error("the embedded model's engine on {cpu}: {message}\n  what to do: {fix}")]
+    Engine {
+        /// The CPU's model name.
+        cpu: String,
+        /// What is wrong.
+        message: String,
+        /// What to do about it.
+        fix: String,
+    },
     /// The prompt does not fit in the local model's context window.
     #[error("local model: prompt of {tokens} tokens does not fit the context of {n_ctx} tokens")]
     ContextOverflow {

@@ -131,6 +131,22 @@ pub async fn ensure_model(
     fetch_model(which, Some(&dir), progress).await
 }
 
+/// The sha256 of a file, lower-case hex (`tooltune doctor` checks the models with it: [`ensure_model`] checks only
+/// the size of a file that is present).
+pub fn file_sha256(path: &Path) -> Result<String, LlmError> {
+    let mut f = std::fs::File::open(path).map_err(|e| LlmError::io(path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| LlmError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
 /// Downloads and reassembles the model into `dir` (default folder when `None`), replacing any file there.
 /// Shows a progress bar on stderr when `progress` is set. Returns the final path.
 pub async fn fetch_model(

@@ -20,7 +20,7 @@ pub mod wire;
 
 pub use config::{BackendConfig, BackendSpec, Roles, build, build_roles};
 pub use error::LlmError;
-pub use fetch::{ModelChoice, default_models_dir, ensure_model, fetch_model};
+pub use fetch::{ModelChoice, default_models_dir, ensure_model, fetch_model, file_sha256};
 pub use secret::Secret;
 
 use async_trait::async_trait;

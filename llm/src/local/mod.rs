@@ -21,6 +21,7 @@
 //! The KV cache of the last prompt is kept; a new prompt decodes only the tokens after the longest common
 //! prefix. Tasks that share system text and tool list pay for that part once.
 
+pub mod check;
 mod engine;
 pub(crate) mod grammar;
 pub mod template;
