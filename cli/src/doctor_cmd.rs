@@ -101,8 +101,12 @@ pub async fn run(args: DoctorArgs) -> Result<ExitCode> {
                     info.sha256
                 ),
                 fix: format!(
-                    "fetch it again: `tooltune model fetch {} --force`",
-                    m.as_str()
+                    "fetch it again: `tooltune model fetch {} --force{}`",
+                    m.as_str(),
+                    args.models_dir
+                        .as_ref()
+                        .map(|d| format!(" --models-dir {}", d.display()))
+                        .unwrap_or_default()
                 ),
             });
         }

@@ -126,6 +126,9 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let model = LocalModel::load(opts)
         .await
         .context("loading the embedded model")?;
+    // The engine check every run does before it uses the model (issue 45): hosts that call this server should get
+    // a clear refusal at start-up, not a crash at their first request.
+    tooltune_llm::local::check::preflight(&model, which).await?;
     let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
         .await
         .with_context(|| format!("binding {}:{}", a.host, a.port))?;

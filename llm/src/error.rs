@@ -41,11 +41,9 @@ pub enum LlmError {
         message: String,
     },
     /// The embedded engine must not run on this CPU as built, or failed its self-test (see `local::check`).
-    #[error("the embedded model's engine on {cpu}: {message}\n  what to do: {fix}")]
+    #[error("the embedded model's engine: {message}\n  what to do: {fix}")]
     Engine {
-        /// The CPU's model name.
-        cpu: String,
-        /// What is wrong.
+        /// What is wrong, naming the CPU.
         message: String,
         /// What to do about it.
         fix: String,

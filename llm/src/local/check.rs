@@ -473,7 +473,6 @@ pub async fn preflight(model: &LocalModel, which: ModelChoice) -> Result<(), Llm
     }
     if let Some(f) = findings.iter().find(|f| f.severity == Severity::Error) {
         return Err(LlmError::Engine {
-            cpu: cpu.model_name.clone(),
             message: f.message.clone(),
             fix: f.fix.clone(),
         });
@@ -481,10 +480,10 @@ pub async fn preflight(model: &LocalModel, which: ModelChoice) -> Result<(), Llm
     let results = self_test(model, which, 1).await?;
     if let Some(r) = results.iter().find(|r| !r.pass) {
         return Err(LlmError::Engine {
-            cpu: cpu.model_name.clone(),
             message: format!(
-                "the self-test `{}` gave first-move probabilities {:?} where {:?} were expected (tolerance {TOLERANCE}): \
-                 the model file or the compiled kernels do not compute what they should",
+                "on this CPU ({}) the self-test `{}` gave first-move probabilities {:?} where {:?} were expected \
+                 (tolerance {TOLERANCE}): the model file or the compiled kernels do not compute what they should",
+                cpu.model_name,
                 r.name,
                 rounded(&r.measured),
                 rounded(&r.expected)
