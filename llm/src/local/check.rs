@@ -19,10 +19,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use tooltune_core::ToolSpec;
 
-/// What the self-test allows between a measured probability and its reference, absolute. The references hold on
-/// both builds we ship: measured on AVX-512 and AVX2 builds, the largest difference between them on any move of
-/// any probe was far below this (see [`PROBES`]); a damaged model or kernel moves probabilities by tenths.
-pub const TOLERANCE: f64 = 0.03;
+/// What the self-test allows between a measured probability and its reference, absolute. Each reference is the
+/// midpoint of the AVX-512 build's and the AVX2 build's measurement (2 threads, AMD EPYC, December 2026). The two
+/// builds differ most on the 1.5B's `between` probe, a three-way close call: 0.066 on one move, so each is 0.033
+/// from its reference; everywhere else they differ by 0.023 or less. A damaged model file moved every probe by
+/// more than 0.6 (1 MB of noise written at eight places of the 1.5B); this tolerance leaves room for the other
+/// kernel subsets of AVX-512 CPUs and for thread counts, and none for a broken engine.
+pub const TOLERANCE: f64 = 0.06;
 
 /// The CPU features that decide which kernels can run, as `/proc/cpuinfo` spells them.
 const CPU_FLAGS: &[&str] = &[
@@ -341,20 +344,20 @@ pub static PROBES: &[Probe] = &[
     Probe {
         name: "arithmetic",
         user: "What is 4817 times 29?",
-        default_model: [0.8919, 0.0, 0.1081],
-        fast_model: [0.8554, 0.0015, 0.143],
+        default_model: [0.8881, 0.0, 0.1119],
+        fast_model: [0.8511, 0.0014, 0.1474],
     },
     Probe {
         name: "file",
         user: "What does the file notes.txt say about the budget?",
-        default_model: [0.0006, 0.7337, 0.2657],
-        fast_model: [0.0014, 0.0877, 0.9109],
+        default_model: [0.0007, 0.7273, 0.272],
+        fast_model: [0.0018, 0.0987, 0.8996],
     },
     Probe {
         name: "between",
         user: "How many attendees are listed in notes.txt, times three?",
-        default_model: [0.3186, 0.3342, 0.3472],
-        fast_model: [0.044, 0.4439, 0.5121],
+        default_model: [0.3516, 0.3204, 0.3281],
+        fast_model: [0.0488, 0.4327, 0.5185],
     },
 ];
 
@@ -394,12 +397,20 @@ pub struct ProbeResult {
     pub name: String,
     /// Reference P(first move), in [`MOVES`] order.
     pub expected: Vec<f64>,
-    /// Measured P(first move), in the same order.
+    /// Measured P(first move), in the same order; not a number (`null` in JSON) where the engine computed none, as
+    /// a damaged model file makes it do.
+    #[serde(deserialize_with = "nan_for_null")]
     pub measured: Vec<f64>,
-    /// The largest absolute difference.
+    /// The largest absolute difference; 1 when a measurement is not a number.
     pub max_diff: f64,
     /// Within [`TOLERANCE`].
     pub pass: bool,
+}
+
+/// serde_json writes a NaN as `null`; read it back as NaN.
+fn nan_for_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let v: Vec<Option<f64>> = Deserialize::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
 }
 
 /// The probes' request: a system line, the two tools, the user's message.
@@ -441,10 +452,11 @@ pub async fn self_test(
             ModelChoice::Default => p.default_model.to_vec(),
             ModelChoice::Fast => p.fast_model.to_vec(),
         };
+        // `f64::max` drops a NaN, so a measurement that is not a number is made the largest difference there is.
         let max_diff = measured
             .iter()
             .zip(&expected)
-            .map(|(m, e)| (m - e).abs())
+            .map(|(m, e)| if m.is_finite() { (m - e).abs() } else { 1.0 })
             .fold(0.0, f64::max);
         out.push(ProbeResult {
             name: p.name.to_string(),
@@ -565,6 +577,20 @@ mod tests {
             "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
         ]);
         assert!(static_findings(&ok, &b).is_empty());
+    }
+
+    #[test]
+    fn a_probe_that_measured_no_number_reads_back_as_one() {
+        let r = ProbeResult {
+            name: "p".into(),
+            expected: vec![0.5, 0.5, 0.0],
+            measured: vec![f64::NAN, 0.5, 0.0],
+            max_diff: 1.0,
+            pass: false,
+        };
+        let back: ProbeResult =
+            serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("read back");
+        assert!(back.measured[0].is_nan() && back.measured[1] == 0.5);
     }
 
     #[test]
