@@ -490,6 +490,10 @@ pub async fn preflight(model: &LocalModel, which: ModelChoice) -> Result<(), Llm
         });
     }
     let results = self_test(model, which, 1).await?;
+    // Leave the model as loading left it: the probe's prompt would otherwise sit in the prefix cache, and the run's
+    // first prompt would reuse a few of its tokens, decoding in another split than without the check (llama.cpp's
+    // results depend slightly on how a prompt is batched).
+    model.drop_prefix_cache().await?;
     if let Some(r) = results.iter().find(|r| !r.pass) {
         return Err(LlmError::Engine {
             message: format!(

@@ -60,6 +60,8 @@ pub(crate) enum Job {
         on: bool,
         reply: oneshot::Sender<()>,
     },
+    /// Drops the kept KV cache, as if nothing had been decoded since loading.
+    DropCache { reply: oneshot::Sender<()> },
 }
 
 /// One logits row (a score per vocabulary token).
@@ -227,6 +229,10 @@ impl<'m> Engine<'m> {
                 }
                 Job::SetPrefixReuse { on, reply } => {
                     self.prefix_reuse = on;
+                    self.reset();
+                    let _ = reply.send(());
+                }
+                Job::DropCache { reply } => {
                     self.reset();
                     let _ = reply.send(());
                 }

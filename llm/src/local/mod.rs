@@ -282,6 +282,14 @@ impl LocalModel {
             .map_err(|_| LlmError::WorkerGone("no answer to set_prefix_reuse".into()))
     }
 
+    /// Drops the prompt-prefix KV cache (the engine check's probe leaves the model as loading left it).
+    pub async fn drop_prefix_cache(&self) -> Result<(), LlmError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::DropCache { reply })?;
+        rx.await
+            .map_err(|_| LlmError::WorkerGone("no answer to drop_prefix_cache".into()))
+    }
+
     fn add_usage(&self, u: Usage) {
         if let Ok(mut t) = self.usage.lock() {
             t.prompt_tokens += u.prompt_tokens;
