@@ -490,9 +490,8 @@ pub async fn preflight(model: &LocalModel, which: ModelChoice) -> Result<(), Llm
         });
     }
     let results = self_test(model, which, 1).await?;
-    // Leave the model as loading left it: the probe's prompt would otherwise sit in the prefix cache, and the run's
-    // first prompt would reuse a few of its tokens, decoding in another split than without the check (llama.cpp's
-    // results depend slightly on how a prompt is batched).
+    // Leave the model as loading left it, with an empty prefix cache: the probe's prompt is nothing a run shares,
+    // and the run then starts from the same state whether or not the check ran in this process.
     model.drop_prefix_cache().await?;
     if let Some(r) = results.iter().find(|r| !r.pass) {
         return Err(LlmError::Engine {
