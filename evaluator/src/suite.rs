@@ -23,7 +23,9 @@ use tooltune_core::ToolSpec;
 pub const DEFAULT_MAX_STEPS: u32 = 8;
 
 /// Which part of the data a task belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     /// Seen by the optimiser (reflection reads these rollouts).
@@ -62,7 +64,7 @@ pub struct AnswerCheck {
 }
 
 /// A tool call that solves (part of) a task, used to prove the task is solvable on its server.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReferenceCall {
     /// The tool to call.
