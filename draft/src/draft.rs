@@ -646,10 +646,31 @@ fn observation_views(obs: &[&Observation], first: Option<&str>) -> Vec<Observati
         .take(OBSERVATIONS_IN_PROMPT)
         .map(|o| ObservationView {
             tool: o.tool.clone(),
-            arguments: o.arguments.to_string(),
-            result: cut_result(&o.result, RESULT_IN_PROMPT),
+            arguments: plain_arguments(&o.arguments),
+            // On one line: a listing's line breaks inside a data block read as the prompt's own structure.
+            result: cut_result(
+                &o.result.split_whitespace().collect::<Vec<_>>().join(" "),
+                RESULT_IN_PROMPT,
+            ),
         })
         .collect()
+}
+
+/// Arguments as `key: value` pairs, the way a person would read them: JSON in the prompt was copied into drafted
+/// requests by the small models.
+fn plain_arguments(args: &Value) -> String {
+    match args {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}: {s}"),
+                other => format!("{k}: {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
 }
 
 fn system() -> Result<Message, DraftError> {
@@ -858,12 +879,25 @@ async fn draft_requests(
                         LineRejection::TooShort => "too short to be a request".into(),
                         LineRejection::TooLong => "longer than a request".into(),
                         LineRejection::NamesTheTool(t) => format!("names the tool `{t}`"),
+                        LineRejection::LooksLikeCode => "code or JSON, not a request".into(),
                     },
                     reference: None,
                     result_start: None,
                 });
             }
             for r in requests.into_iter().take(*n) {
+                if prompt::EXAMPLES.iter().any(|e| parse::same_request(e, &r)) {
+                    dropped.push(Dropped {
+                        prompt: r,
+                        owner: owner.clone(),
+                        kind: kind.clone(),
+                        reason: DropReason::Malformed,
+                        detail: "copies the prompt's example".into(),
+                        reference: None,
+                        result_start: None,
+                    });
+                    continue;
+                }
                 if seen.iter().any(|s| parse::same_request(s, &r)) {
                     dropped.push(Dropped {
                         prompt: r,
@@ -1389,6 +1423,15 @@ mod tests {
         let b = unique_id(&kept(None, "Tell me a joke about cats"), &mut used);
         assert_eq!(b, "no-tool-tell-joke-about-cats");
         assert!(!b.contains(char::is_whitespace));
+    }
+
+    #[test]
+    fn arguments_read_as_pairs() {
+        assert_eq!(
+            plain_arguments(&json!({"path": "notes.txt", "n": 2})),
+            "path: notes.txt, n: 2"
+        );
+        assert_eq!(plain_arguments(&json!({})), "");
     }
 
     #[test]

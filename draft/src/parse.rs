@@ -14,6 +14,9 @@ pub enum LineRejection {
     /// It names the tool (`list_directory`): a user does not know tool names, and a request that names the tool
     /// tests nothing.
     NamesTheTool(String),
+    /// It holds code, JSON or the prompt's data delimiters (backticks, braces, an arrow, guillemets): a small model
+    /// echoing the prompt, not a request.
+    LooksLikeCode,
 }
 
 /// The longest request kept, in characters.
@@ -29,7 +32,7 @@ pub fn requests(reply: &str, tool_names: &[&str]) -> (Vec<String>, Vec<(String, 
         let Some(item) = list_item(line) else {
             continue;
         };
-        let text = unquote(item);
+        let text = unquote(&strip_commentary(item));
         if text.is_empty() || text.ends_with(':') {
             continue;
         }
@@ -42,6 +45,13 @@ pub fn requests(reply: &str, tool_names: &[&str]) -> (Vec<String>, Vec<(String, 
             refused.push((text, LineRejection::TooLong));
             continue;
         }
+        if text.contains(['`', '{', '}', '«', '»', '‹', '›'])
+            || text.contains("->")
+            || text.contains("=>")
+        {
+            refused.push((text, LineRejection::LooksLikeCode));
+            continue;
+        }
         if let Some(n) = tool_names
             .iter()
             .find(|n| n.contains(['_', '-']) && text.to_lowercase().contains(&n.to_lowercase()))
@@ -52,6 +62,18 @@ pub fn requests(reply: &str, tool_names: &[&str]) -> (Vec<String>, Vec<(String, 
         kept.push(text);
     }
     (kept, refused)
+}
+
+/// The request without a trailing parenthetical comment of six words or more (`Will it rain? (This request would
+/// be served by …)`): the 1.5B explained its requests that way, and the comment is not part of what a user types.
+fn strip_commentary(item: &str) -> String {
+    if let Some(at) = item.find(" (") {
+        let comment = &item[at + 2..];
+        if comment.split_whitespace().count() >= 6 {
+            return item[..at].trim().to_string();
+        }
+    }
+    item.to_string()
 }
 
 /// The text of a list item line (`1. …`, `2) …`, `- …`, `* …`), or `None`.
@@ -233,7 +255,7 @@ mod tests {
     fn numbered_and_bulleted_items_are_read_and_chatter_ignored() {
         let reply = "Sure! Here are some requests:\n1. \"What is in the notes file?\"\n2) Show me the team list \
                      please\n- **How many items are in the inventory?**\n3. ok\n4. Call list_files on the root \
-                     folder\n5. what is in the NOTES file\n\nHope this helps.";
+                     folder\n5. what is in the NOTES file\n6. `read_file {path=\"a\"}` -> a\n\nHope this helps.";
         let (kept, refused) = requests(reply, &["list_files", "read_file"]);
         assert_eq!(
             kept,
@@ -245,13 +267,25 @@ mod tests {
             ]
         );
         assert!(same_request(&kept[0], &kept[3]));
-        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert_eq!(refused[2].1, LineRejection::LooksLikeCode);
         assert_eq!(refused[0].1, LineRejection::TooShort);
         assert_eq!(
             refused[1].1,
             LineRejection::NamesTheTool("list_files".into())
         );
         assert!(requests("I cannot help with that.", &[]).0.is_empty());
+    }
+
+    #[test]
+    fn a_trailing_comment_is_not_part_of_the_request() {
+        let reply = "1. What is in the q1 report? (This request would be served by the other tool, wrongly.)\n\
+                     2. Show the files (all of them)";
+        let (kept, _) = requests(reply, &[]);
+        assert_eq!(
+            kept,
+            ["What is in the q1 report?", "Show the files (all of them)"]
+        );
     }
 
     #[test]

@@ -437,20 +437,27 @@ async fn reference_calls_that_time_out_are_dropped_and_nothing_is_written() {
     );
 }
 
-/// The whole path with the real embedded model (0.5B): it drafts, verifies on the real server, and what it keeps
-/// is a suite that loads and whose every reference call passes `suite check`.
+/// The whole path with the real embedded model, the default drafter (1.5B; the 0.5B copied the prompt's example
+/// and kept no tool task): it drafts, verifies on the real server, and what it keeps is a suite that loads and whose
+/// every reference call passes `suite check`.
 #[tokio::test]
 async fn the_embedded_model_drafts_a_suite_that_checks() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("week01-local.toml");
     let model =
-        tooltune_llm::build(&tooltune_llm::BackendSpec::parse("local:fast", None).expect("spec"))
+        tooltune_llm::build(&tooltune_llm::BackendSpec::parse("local", None).expect("spec"))
             .await
             .expect("the local model loads (fetched on first use)");
-    let cfg = config(week01_spec(), out.clone(), Counts::for_per_tool(3));
+    let counts = Counts {
+        per_tool: 2,
+        no_tool: 1,
+        pairs: 0,
+        per_pair: 0,
+    };
+    let cfg = config(week01_spec(), out.clone(), counts);
     let o = draft(&cfg, model.as_ref(), &AtomicBool::new(false), &mut |_| {})
         .await
-        .expect("draft with the 0.5B");
+        .expect("draft with the 1.5B");
     assert!(
         o.kept.iter().any(|k| k.owner.is_some()),
         "at least one verified tool task: {:?}",
