@@ -17,7 +17,7 @@ pub enum SuiteCommand {
     /// Write a suite for a server nobody wrote tasks for: explore its read-only tools, draft requests with a model,
     /// verify each on the server with a reference call, and write the suite and a review page (.review.md and
     /// .review.html beside it). Ctrl-C keeps what was verified so far.
-    Draft(DraftArgs),
+    Draft(Box<DraftArgs>),
     /// Run every task's reference calls and report the tasks that are no longer solvable, with file and line.
     Check(CheckArgs),
 }
@@ -89,7 +89,7 @@ pub struct CheckArgs {
 
 pub async fn run(config: Option<&std::path::Path>, command: SuiteCommand) -> Result<ExitCode> {
     match command {
-        SuiteCommand::Draft(args) => draft(config, args).await,
+        SuiteCommand::Draft(args) => draft(config, *args).await,
         SuiteCommand::Check(args) => check(args).await,
     }
 }
