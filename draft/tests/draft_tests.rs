@@ -143,7 +143,7 @@ impl ChatModel for ScriptedFakeDrafter {
         if let Some(b) = self.babble {
             return Ok(text_reply(b));
         }
-        if user.contains("Does this result give what the user asked for?") {
+        if user.contains("ANSWERS: <yes or no>") {
             let request = between(user, "A user asked: «", "»");
             let result = between(user, "returned:\n«", "»");
             let reply = if request.contains("recipe") {
