@@ -430,6 +430,10 @@ pub async fn draft(
         progress,
     )
     .await?;
+    if candidates.is_empty() && stop.load(Ordering::SeqCst) {
+        main.close().await;
+        return Err(DraftError::Stopped);
+    }
     if candidates.is_empty() && !any_reply {
         main.close().await;
         return Err(DraftError::NothingParseable {

@@ -69,6 +69,9 @@ pub enum DraftError {
         /// The review page.
         review: PathBuf,
     },
+    /// Drafting was stopped (Ctrl-C) before any task was verified.
+    #[error("stopped before any task was verified; no suite was written")]
+    Stopped,
     /// The fixture cannot be read.
     #[error("--fixture {}: {message}", path.display())]
     Fixture {

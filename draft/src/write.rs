@@ -197,6 +197,16 @@ pub fn atomically(path: &Path, text: &str) -> Result<(), DraftError> {
         .tempfile_in(dir)
         .map_err(io)?;
     tmp.write_all(text.as_bytes()).map_err(io)?;
+    // A temporary file is created readable by its owner only; a suite is an ordinary file (the target's own
+    // permissions when it exists).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let perms = std::fs::metadata(path)
+            .map(|m| m.permissions())
+            .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o644));
+        std::fs::set_permissions(tmp.path(), perms).map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())

@@ -473,3 +473,47 @@ async fn the_embedded_model_drafts_a_suite_that_checks() {
     let summary: Value = o.summary();
     assert_eq!(summary["kept"], json!(o.kept.len()));
 }
+
+/// Ctrl-C during verification (the stop flag, set here after the first verified batch) keeps what was verified: the
+/// suite is written with those tasks and loads, and the rest are listed as stopped.
+#[tokio::test]
+async fn a_stop_keeps_what_was_verified() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stopped.toml");
+    let cfg = config(week01_spec(), out.clone(), small_counts());
+    let stop = AtomicBool::new(false);
+    let mut verifying = 0;
+    let o = draft(
+        &cfg,
+        &ScriptedFakeDrafter { babble: None },
+        &stop,
+        &mut |p| {
+            if p.stage == "verifying" {
+                verifying += 1;
+                if verifying == 2 {
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        },
+    )
+    .await
+    .expect("what was verified is written");
+    assert!(o.stopped);
+    assert!(
+        !o.kept.is_empty() && o.kept.len() <= 4,
+        "one batch: {:?}",
+        o.kept
+    );
+    assert!(o.dropped.iter().any(|d| d.reason == DropReason::Stopped));
+    assert_eq!(Suite::load(&out).expect("loads").tasks.len(), o.kept.len());
+    // Written through a temporary file, but readable like any file a person writes.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&out)
+            .expect("metadata")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
+}
