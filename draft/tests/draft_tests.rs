@@ -175,10 +175,15 @@ impl ChatModel for ScriptedFakeDrafter {
             }));
         }
         let tool = between(user, "Tool «", "»");
+        if tool == "calculator" {
+            // One request depends on the sampling seed, as a model's would: another seed drafts something new.
+            return Ok(text_reply(&format!(
+                "1. What is 17 times 23?\n2. Multiply seventeen by twenty-three for me\n3. ok\n\
+                 4. What is 17 times 23 for order {}?",
+                req.seed.unwrap_or(0) % 1000
+            )));
+        }
         Ok(text_reply(match tool {
-            "calculator" => {
-                "1. What is 17 times 23?\n2. Multiply seventeen by twenty-three for me\n3. ok"
-            }
             "read_file" => {
                 "1. Who is the treasurer of the study group team?\n2. Open the moon landing notes for me\n\
                  3. What does the recipe say about flour?\n4. Summarise the meeting memo please\n\
@@ -334,12 +339,12 @@ async fn scripted_draft_on_week01_keeps_verified_tasks_and_check_finds_a_broken_
     );
     assert!(bad[0].to_string().contains("392"), "{}", bad[0]);
 
-    // --more: adds tasks without repeating the ones there.
+    // --more with the same seed: the drafter writes the same requests again, every one a repeat; nothing is added
+    // and the file stays as it was.
     std::fs::write(&out, &text).expect("restore");
     let mut more = cfg.clone();
     more.more = true;
     let m = draft(&more, &model, &AtomicBool::new(false), &mut |_| {}).await;
-    // The scripted drafter writes the same requests again: every one is a repeat, nothing is added, the file stays.
     match m {
         Err(DraftError::NothingKept { reasons, .. }) => {
             assert!(reasons.contains("duplicate"), "{reasons}")
@@ -351,6 +356,21 @@ async fn scripted_draft_on_week01_keeps_verified_tasks_and_check_finds_a_broken_
         text,
         "the suite is unchanged"
     );
+    // Another seed drafts one new request: it is appended after the tasks already there, which stay as written.
+    more.seed = 1;
+    let m = draft(&more, &model, &AtomicBool::new(false), &mut |_| {})
+        .await
+        .expect("--more");
+    assert_eq!(m.existing, suite.tasks.len());
+    assert_eq!(m.kept.len(), 1, "{:?}", m.kept);
+    assert!(m.kept[0].prompt.contains("for order"), "{:?}", m.kept[0]);
+    let after = std::fs::read_to_string(&out).expect("read");
+    assert!(
+        after.starts_with(&text),
+        "the earlier tasks are kept byte for byte"
+    );
+    let grown = Suite::load(&out).expect("loads");
+    assert_eq!(grown.tasks.len(), suite.tasks.len() + 1);
 }
 
 #[tokio::test]
