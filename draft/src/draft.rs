@@ -385,7 +385,7 @@ pub async fn draft(
     if all_tools.is_empty() {
         main.close().await;
         return Err(DraftError::NoTools {
-            server: cfg.server.name.clone(),
+            server: command_line(&cfg.server),
         });
     }
     let hints = main.server().hints();
@@ -538,10 +538,12 @@ pub async fn draft(
                 .map(|(r, n)| format!("{n} {r}"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            // A failure of verification says more than a line the parser refused.
             first: outcome
                 .dropped
                 .iter()
-                .find(|d| d.reason != DropReason::Duplicate)
+                .find(|d| !matches!(d.reason, DropReason::Duplicate | DropReason::Malformed))
+                .or(outcome.dropped.first())
                 .map(|d| format!("{}: {}", d.reason.key(), d.detail))
                 .unwrap_or_default(),
             review: review_md,
