@@ -537,3 +537,48 @@ async fn a_stop_keeps_what_was_verified() {
         assert_eq!(mode & 0o777, 0o644);
     }
 }
+
+/// With `--fixture` the server runs on a copy named by `${FIXTURE_DIR}`: drafting works on the copy, and the suite
+/// names the fixture (relative to the suite) and starts its server on each rollout's copy, so it loads and checks.
+#[tokio::test]
+async fn a_fixture_server_runs_on_copies_and_the_suite_names_the_fixture() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("fx.toml");
+    let spec = ServerSpec::stdio(
+        "week01-tools",
+        week01_bin().to_string_lossy(),
+        &["--data", "${FIXTURE_DIR}", "--with-list-files"],
+    );
+    let mut cfg = config(spec, out.clone(), small_counts());
+    cfg.fixture = Some(workspace().join("datasets/week01-tools/data"));
+    let o = draft(
+        &cfg,
+        &ScriptedFakeDrafter { babble: None },
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .await
+    .expect("draft on a fixture");
+    assert!(o.kept.iter().any(|k| k.owner.is_some()), "{:?}", o.dropped);
+    let text = std::fs::read_to_string(&out).expect("read");
+    assert!(text.contains("[fixture]\npath = \""), "{text}");
+    assert!(text.contains("cwd = \"${FIXTURE_DIR}\""), "{text}");
+    let suite = Suite::load(&out).expect("loads");
+    assert!(suite.fixture.is_some());
+    let report = check_suite(&out, Duration::from_secs(10), &mut |_, _| {})
+        .await
+        .expect("check");
+    assert_eq!(report.unsolvable(), 0, "{:?}", report.problems);
+    // Without the fixture the same command is refused before anything starts.
+    let mut bad = cfg.clone();
+    bad.fixture = None;
+    let e = draft(
+        &bad,
+        &ScriptedFakeDrafter { babble: None },
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .await
+    .expect_err("no fixture");
+    assert!(matches!(e, DraftError::FixtureMissing), "{e}");
+}
