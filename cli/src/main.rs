@@ -15,6 +15,7 @@ mod report_cmd;
 mod search_args;
 mod serve_cmd;
 mod stats_cmd;
+mod suite_cmd;
 mod worker_cmd;
 
 use anyhow::Result;
@@ -80,6 +81,11 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Take rollout jobs of runs started with --workers from the PostgreSQL store and play them on this machine.
     Worker(worker_cmd::WorkerArgs),
+    /// Draft a task suite for a server nobody wrote tasks for, or check that a suite's tasks are still solvable.
+    Suite {
+        #[command(subcommand)]
+        command: suite_cmd::SuiteCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +153,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => report_cmd::run(&db, args).await,
         Command::Serve(args) => serve_cmd::run(&db, args).await,
         Command::Worker(args) => worker_cmd::run(&db, cli.config.as_deref(), args).await,
+        Command::Suite { command } => suite_cmd::run(cli.config.as_deref(), command).await,
     }
 }
 

@@ -17,7 +17,8 @@ pub mod suite;
 pub use evaluate::DEFAULT_FIRST_MOVE_SAMPLES;
 pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, ToolHints, Transport};
 pub use suite::{
-    AnswerCheck, CheckResult, CommandCheck, FileCheck, ReferenceCall, Split, Suite, Task,
+    AnswerCheck, CheckResult, CommandCheck, FileCheck, Provenance, ReferenceCall, Split, Suite,
+    Task,
 };
 
 use std::path::PathBuf;

@@ -9,6 +9,7 @@ mod paths;
 use crate::EvalError;
 use crate::mcp::ServerSpec;
 pub use check::numbers_in;
+pub use load::task_lines;
 pub use paths::{bin_dir, third_party_dir};
 use regex::Regex;
 use serde::Deserialize;
@@ -22,7 +23,9 @@ use tooltune_core::ToolSpec;
 pub const DEFAULT_MAX_STEPS: u32 = 8;
 
 /// Which part of the data a task belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     /// Seen by the optimiser (reflection reads these rollouts).
@@ -61,7 +64,7 @@ pub struct AnswerCheck {
 }
 
 /// A tool call that solves (part of) a task, used to prove the task is solvable on its server.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReferenceCall {
     /// The tool to call.
@@ -103,6 +106,32 @@ pub struct Task {
     pub expect_files: Vec<FileCheck>,
     /// A command run in the rollout's copy of the fixture after the rollout; exit status 0 passes.
     pub expect_command: Option<CommandCheck>,
+    /// Where the task came from, when a tool wrote it (`tooltune suite draft`); `None` for a task written by hand.
+    /// Informational: no check reads it, so a person may edit or delete a drafted task freely.
+    pub provenance: Option<Provenance>,
+}
+
+/// Where a task came from (`[task.provenance]` / `provenance = { ... }`): written by `tooltune suite draft`, kept
+/// through later edits. Every field is optional so that a person can trim it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// True when a model drafted the task.
+    #[serde(default)]
+    pub drafted: bool,
+    /// The drafting model's id (`local:qwen2.5-coder-1.5b`).
+    pub model: Option<String>,
+    /// What the task was drafted as: `tool` (a request for its owner), `no-tool` (no tool of the server serves
+    /// it), `confusable` (a request for its owner that sits close to another tool, named in `against`).
+    pub kind: Option<String>,
+    /// For a `confusable` task, the tool it was drafted against.
+    pub against: Option<String>,
+    /// `answer` when the task has an answer check taken from the reference result, `routing` when it checks only
+    /// which tool is called.
+    pub check: Option<String>,
+    /// `sha256:` and the hex digest of the last reference call's result text when the task was drafted, so
+    /// `tooltune suite check` can say that a tool now answers differently.
+    pub reference_sha256: Option<String>,
 }
 
 /// A check on one file of the rollout's copy of the fixture.

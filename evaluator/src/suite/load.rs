@@ -96,6 +96,7 @@ struct RawTask {
     #[serde(default)]
     expect_file: Vec<FileCheck>,
     expect_command: Option<RawCommand>,
+    provenance: Option<super::Provenance>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +147,17 @@ impl Ctx<'_> {
             message: message.into(),
         }
     }
+}
+
+/// The 1-based line of each `[[task]]` header of a suite's text, in file order (the n-th entry is the n-th task), so
+/// a report on a loaded task can name its place in the file. Headers inside multi-line strings are not told apart;
+/// the bundled suites and drafted ones have none.
+pub fn task_lines(text: &str) -> Vec<usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with("[[task]]"))
+        .map(|(i, _)| i + 1)
+        .collect()
 }
 
 fn line_of(text: &str, offset: usize) -> usize {

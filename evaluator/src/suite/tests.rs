@@ -348,3 +348,34 @@ fn fixture_mistakes_are_named() {
         assert!(msg.contains("s.toml"), "{msg}");
     }
 }
+
+#[test]
+fn provenance_is_read_and_its_fields_are_checked() {
+    let text = GOOD.replace(
+        "max_steps = 3\n",
+        "max_steps = 3\nprovenance = { drafted = true, model = \"local:fast\", kind = \"tool\", check = \"answer\", \
+         reference_sha256 = \"sha256:ab\" }\n",
+    );
+    let s = parse(&text).expect("suite with provenance");
+    assert_eq!(s.tasks[0].provenance, None, "a hand-written task has none");
+    let p = s.tasks[1].provenance.as_ref().expect("provenance");
+    assert!(p.drafted);
+    assert_eq!(p.model.as_deref(), Some("local:fast"));
+    assert_eq!(p.check.as_deref(), Some("answer"));
+    assert_eq!(p.reference_sha256.as_deref(), Some("sha256:ab"));
+    let e = err_text(&text.replace("drafted = true", "drafter = true"));
+    assert!(
+        e.contains("task `who` (#2)") && e.contains("provenance") && e.contains("drafter"),
+        "{e}"
+    );
+}
+
+#[test]
+fn task_lines_are_the_headers_in_file_order() {
+    let lines = task_lines(GOOD);
+    assert_eq!(lines.len(), 2);
+    for (l, id) in lines.iter().zip(["notes-sum", "who"]) {
+        let next = GOOD.lines().nth(*l).expect("line after the header");
+        assert_eq!(next, format!("id = \"{id}\""));
+    }
+}

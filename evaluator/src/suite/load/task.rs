@@ -149,6 +149,7 @@ pub(super) fn build_task(
         reference: t.reference,
         expect_files: t.expect_file,
         expect_command,
+        provenance: t.provenance,
     })
 }
 
