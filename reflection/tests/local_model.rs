@@ -110,7 +110,13 @@ fn request(goal: Goal) -> ReflectionRequest {
         input_schema: json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
         goal,
         examples: examples(),
-        options: ReflectionOptions::default(),
+        // Five attempts rather than the default three: which reply the 1.5B writes first is a close call that the
+        // build's kernels decide (on the x86-64-v4 build of issue 45 the task-success goal took more than three
+        // here); the test is about reflecting at all, within a bounded number of attempts.
+        options: ReflectionOptions {
+            max_attempts: 5,
+            ..ReflectionOptions::default()
+        },
     }
 }
 

