@@ -9,8 +9,7 @@
 use crate::DraftError;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
-use serde_json::Value;
-use tooltune_reflection::prompt::escape_data;
+use tooltune_reflection::prompt::escape_all;
 
 /// The templates, embedded so the binary needs no files at run time.
 const TEMPLATES: &[(&str, &str)] = &[
@@ -92,15 +91,6 @@ pub fn render(template: &str, ctx: impl Serialize) -> Result<String, DraftError>
     env.get_template(template)
         .and_then(|t| t.render(minijinja::Value::from_serialize(&value)))
         .map_err(|e| DraftError::Template(format!("{template}: {e:#}")))
-}
-
-fn escape_all(v: Value) -> Value {
-    match v {
-        Value::String(s) => Value::String(escape_data(&s)),
-        Value::Array(a) => Value::Array(a.into_iter().map(escape_all).collect()),
-        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, escape_all(v))).collect()),
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -60,8 +60,8 @@ fn is_invisible(ch: char) -> bool {
         '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{00ad}')
 }
 
-/// Escapes every string in a JSON value (keys are ours and stay as they are).
-fn escape_all(v: Value) -> Value {
+/// Escapes every string in a JSON value (keys are ours and stay as they are); the drafter's prompts use it too.
+pub fn escape_all(v: Value) -> Value {
     match v {
         Value::String(s) => Value::String(escape_data(&s)),
         Value::Array(a) => Value::Array(a.into_iter().map(escape_all).collect()),
