@@ -107,7 +107,8 @@ pub async fn run(db: &str, config: Option<&std::path::Path>, args: EvalArgs) -> 
         split,
         task_ids: args.tasks.clone(),
         target: args.target.clone(),
-        mode: if args.selection_only {
+        // A catalog suite has no server: its first moves are all there is to measure.
+        mode: if args.selection_only || (suite.is_catalog() && !args.expected_success) {
             Mode::SelectionOnly
         } else {
             Mode::Full

@@ -12,6 +12,7 @@ mod paths;
 mod progress;
 mod proxy_cmd;
 mod report_cmd;
+mod rewrite_cmd;
 mod search_args;
 mod serve_cmd;
 mod stats_cmd;
@@ -75,6 +76,9 @@ enum Command {
     /// measured on an AMD EPYC virtual machine, AVX2-only build, 1.5B agent and reflector, peak RSS 2.2 GB; 8
     /// minutes with AVX-512).
     Demo(demo_cmd::DemoArgs),
+    /// The baseline a search must beat: each tool's description rewritten once by the reflector from a good prompt,
+    /// without evidence (`--best-of K`: K rewrites, the best on the training split's exact routing kept).
+    Rewrite(rewrite_cmd::RewriteArgs),
     /// Write an HTML report (and its figures as JSON) of one or several optimisation runs, side by side.
     Report(report_cmd::ReportArgs),
     /// Serve the JSON API and the dashboard (tools, runs with live progress, trajectories) over the store.
@@ -151,6 +155,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Optimize(args) => optimize_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Demo(args) => demo_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Report(args) => report_cmd::run(&db, args).await,
+        Command::Rewrite(args) => rewrite_cmd::run(cli.config.as_deref(), args).await,
         Command::Serve(args) => serve_cmd::run(&db, args).await,
         Command::Worker(args) => worker_cmd::run(&db, cli.config.as_deref(), args).await,
         Command::Suite { command } => suite_cmd::run(cli.config.as_deref(), command).await,

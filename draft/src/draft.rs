@@ -630,6 +630,7 @@ pub fn command_line(spec: &ServerSpec) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         Transport::Http { url, .. } => url.clone(),
+        Transport::Catalog { tools } => format!("a catalog of {} declared tools", tools.len()),
     }
 }
 
@@ -1364,6 +1365,8 @@ fn suite_text(
                 None,
             ),
             Transport::Http { url, .. } => (None, Vec::new(), Some(url.clone())),
+            // Drafting explores a running server; a catalog never reaches here (refused at start).
+            Transport::Catalog { .. } => (None, Vec::new(), None),
         };
         let fixture_path = fixture.map(|f| {
             suite_dir

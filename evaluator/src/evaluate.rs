@@ -187,6 +187,13 @@ pub async fn evaluate(
     opts: &EvalOptions,
     mut progress: impl FnMut(usize, usize) + Send,
 ) -> Result<SuiteResult, EvalError> {
+    if opts.mode == Mode::Full {
+        suite.needs_server(if opts.expected_success {
+            "expected success (rollouts of every likely first move)"
+        } else {
+            "a full evaluation (rollouts scored by the tasks' checks)"
+        })?;
+    }
     let started = Instant::now();
     // Names are checked against everything the server offers (a hidden tool must exist too), then hidden.
     let listed = server.list_tools().await?;

@@ -15,7 +15,9 @@ pub mod mcp;
 pub mod suite;
 
 pub use evaluate::DEFAULT_FIRST_MOVE_SAMPLES;
-pub use mcp::{CallOutcome, McpServer, ProtocolPref, ServerPool, ServerSpec, ToolHints, Transport};
+pub use mcp::{
+    CallOutcome, CatalogTool, McpServer, ProtocolPref, ServerPool, ServerSpec, ToolHints, Transport,
+};
 pub use suite::{
     AnswerCheck, CheckResult, CommandCheck, FileCheck, Provenance, ReferenceCall, Split, Suite,
     Task,
@@ -159,6 +161,19 @@ pub enum EvalError {
         command: String,
         /// How it failed.
         message: String,
+    },
+    /// Something that needs a server was asked of a catalog suite (its tools are declared in the file and nothing
+    /// runs them): full rollouts, answer checks, the success objective, a tool call.
+    #[error(
+        "suite `{suite}` is a catalog (its tools are declared in the file; no server runs them): {what} needs a \
+         server. A catalog suite is scored by its tasks' exact first moves only: `tooltune eval` does that by \
+         default, `tooltune optimize --objective routing` (or `selection`) optimises on it"
+    )]
+    CatalogOnly {
+        /// The suite's name.
+        suite: String,
+        /// What was asked.
+        what: String,
     },
     /// Two evaluations cannot be compared (different suites or tools under study, no task in common).
     #[error("{0}")]

@@ -68,6 +68,28 @@ pub enum Transport {
         /// is read when connecting and never logged or stored.
         bearer_token_env: Option<String>,
     },
+    /// No server: the tools a catalog suite declares in its file (`[[tool]]`, or `tools = "FILE.json"` in the
+    /// `tools/list` shape), for tuning descriptions before a server runs, or for tools that exist only as published
+    /// text (a benchmark's). Listing works as for a server; a call is refused ([`EvalError::CatalogOnly`]), so only
+    /// first moves are scored (routing and selection).
+    Catalog {
+        /// The declared tools, in file order.
+        tools: Vec<CatalogTool>,
+    },
+}
+
+/// A tool a catalog suite declares: what `tools/list` would have said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogTool {
+    /// The tool's name.
+    pub name: String,
+    /// Its description as published.
+    pub description: String,
+    /// Its input schema (an object schema).
+    pub input_schema: Value,
+    /// Its behaviour hints, when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolHints>,
 }
 
 /// Which protocol revision to speak.
@@ -251,6 +273,18 @@ impl McpServer {
             hints: Mutex::new(BTreeMap::new()),
             scratch: None,
         };
+        // A catalog has nothing to start: its tools are in the spec.
+        if let Some(tools) = server.catalog() {
+            let hints = tools
+                .iter()
+                .filter_map(|t| Some((t.name.clone(), t.annotations?)))
+                .filter(|(_, h)| !h.is_empty())
+                .collect();
+            if let Ok(mut h) = server.hints.lock() {
+                *h = hints;
+            }
+            return Ok(server);
+        }
         let conn = server.open().await?;
         *server.conn.write().await = Some(Arc::new(conn));
         Ok(server)
@@ -271,6 +305,14 @@ impl McpServer {
     /// The tools' behaviour hints from the last [`McpServer::list_tools`] (tools without annotations are absent).
     pub fn hints(&self) -> BTreeMap<String, ToolHints> {
         self.hints.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// The declared tools when this handle is a catalog's (no server behind it).
+    pub fn catalog(&self) -> Option<&[CatalogTool]> {
+        match &self.spec.transport {
+            Transport::Catalog { tools } => Some(tools),
+            _ => None,
+        }
     }
 
     /// The spec this handle was opened with.
@@ -301,6 +343,9 @@ impl McpServer {
 
     /// Whether the connection is up: the transport is open and the child (if any) has not exited.
     pub async fn is_alive(&self) -> bool {
+        if self.catalog().is_some() {
+            return true;
+        }
         self.conn
             .read()
             .await
@@ -319,6 +364,9 @@ impl McpServer {
     /// Stops the current process or connection (if any) and opens a new one, reusing the protocol
     /// revision that worked before.
     pub async fn restart(&self) -> Result<(), EvalError> {
+        if self.catalog().is_some() {
+            return Ok(());
+        }
         let seen = self.current_generation().await;
         let _guard = self.restart_lock.lock().await;
         // Another caller restarted while this one waited: that replacement is good enough when alive.
@@ -369,6 +417,16 @@ impl McpServer {
     /// Lists every tool the server offers (all pages), as the model would see them before any candidate
     /// description is applied.
     pub async fn list_tools(&self) -> Result<Vec<ToolSpec>, EvalError> {
+        if let Some(tools) = self.catalog() {
+            return Ok(tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: Arc::new(t.input_schema.clone()),
+                })
+                .collect());
+        }
         let conn = self.live_conn().await?;
         let tools = tokio::time::timeout(
             self.spec.connect_timeout,
@@ -429,6 +487,12 @@ impl McpServer {
                 });
             }
         };
+        if self.catalog().is_some() {
+            return Err(EvalError::CatalogOnly {
+                suite: self.spec.name.clone(),
+                what: format!("calling tool `{name}`"),
+            });
+        }
         let conn = self.live_conn().await?;
         let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
         let started = Instant::now();
@@ -549,6 +613,10 @@ impl McpServer {
                         })?;
                     Ok((service, None))
                 }
+                Transport::Catalog { .. } => Err(EvalError::CatalogOnly {
+                    suite: name.clone(),
+                    what: "starting a server".into(),
+                }),
             }
         };
         let (service, pid) = tokio::time::timeout(self.spec.connect_timeout, handshake)

@@ -226,6 +226,22 @@ impl Suite {
         }
     }
 
+    /// Whether the suite declares its tools instead of a server (a catalog suite: first moves only).
+    pub fn is_catalog(&self) -> bool {
+        matches!(self.server.transport, crate::mcp::Transport::Catalog { .. })
+    }
+
+    /// An error unless `what` is possible on this suite: anything that needs a server is refused on a catalog.
+    pub fn needs_server(&self, what: &str) -> Result<(), EvalError> {
+        if self.is_catalog() {
+            return Err(EvalError::CatalogOnly {
+                suite: self.name.clone(),
+                what: what.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// What makes a rollout of this suite reproducible besides the suite file: the fixture's content digest.
     pub fn world_digest(&self) -> String {
         self.fixture

@@ -19,6 +19,7 @@ pub mod heuristics;
 pub mod judge;
 pub mod parse;
 pub mod prompt;
+pub mod rewrite;
 
 pub use dataset::{Limits, ReflectiveExample, Relation, RunRecord};
 pub use parse::{ParseContext, ParsedReply, Rejection, parse_reply};

@@ -23,6 +23,7 @@ const SCOPE: &str = include_str!("../templates/scope.jinja");
 const GOAL: &str = include_str!("../templates/goal.jinja");
 const RETRY: &str = include_str!("../templates/retry.jinja");
 const DESCRIBE: &str = include_str!("../templates/describe.jinja");
+const REWRITE: &str = include_str!("../templates/rewrite.jinja");
 
 /// Opens a data block in the prompt.
 pub const OPEN: &str = "\u{ab}";
@@ -87,6 +88,7 @@ fn environment() -> Result<Environment<'static>, ReflectionError> {
         ("goal.jinja", GOAL),
         ("retry.jinja", RETRY),
         ("describe.jinja", DESCRIBE),
+        ("rewrite.jinja", REWRITE),
         // The judge's templates share the environment (and so its escaping and strictness rules).
         ("judge_system.jinja", crate::judge::SYSTEM),
         ("judge.jinja", crate::judge::JUDGE),
@@ -238,7 +240,7 @@ pub fn render_describe(tool: &str, max_chars: usize) -> Result<String, Reflectio
 /// Lines of the prompt outside data blocks that are long enough to be recognisable, plus the longer
 /// untrusted run texts (tasks, results, answers). Tool descriptions are left out on purpose: a new
 /// description may legitimately keep the old one's wording.
-fn echo_markers(user: &str, runs: &[RunRecord]) -> Vec<String> {
+pub(crate) fn echo_markers(user: &str, runs: &[RunRecord]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut outside = String::new();
     let mut rest = user;

@@ -4,6 +4,7 @@
 //! graph once per file; those copies were minutes of CI's build. Run one module with a filter:
 //! `cargo test --workspace --release --test cli_tests from_traces_cli::`.
 
+mod catalog_cli;
 mod doctor_cli;
 mod from_traces_cli;
 mod ingest_cli;

@@ -10,7 +10,7 @@ mod task;
 use super::paths::expand_vars;
 use super::{DEFAULT_MAX_STEPS, FileCheck, ReferenceCall, Split, Suite};
 use crate::EvalError;
-use crate::mcp::{ProtocolPref, ServerSpec, Transport};
+use crate::mcp::{CatalogTool, ProtocolPref, ServerSpec, Transport};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -26,7 +26,13 @@ use tooltune_core::ToolSpec;
 struct RawSuite {
     name: Option<String>,
     description: Option<String>,
-    server: RawServer,
+    server: Option<RawServer>,
+    // A catalog suite declares its tools instead of a server: inline, or in a file in the `tools/list` shape.
+    #[serde(default)]
+    tool: Vec<RawTool>,
+    tools: Option<String>,
+    // Required for a server suite; a catalog suite studies every declared tool unless it says otherwise.
+    #[serde(default)]
     tools_under_study: Vec<String>,
     #[serde(default)]
     hide_tools: Vec<String>,
@@ -36,6 +42,39 @@ struct RawSuite {
     host: Option<RawHost>,
     #[serde(default)]
     task: Vec<RawTask>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    name: String,
+    description: Option<String>,
+    #[serde(alias = "inputSchema")]
+    input_schema: Option<serde_json::Value>,
+    annotations: Option<serde_json::Value>,
+}
+
+/// One tool of a `tools = "FILE.json"` catalog, as a server's `tools/list` result writes it. Other members a
+/// server may send (`title`, `outputSchema`, `_meta`, `icons`) are read past: the file is often a server's own
+/// output, saved as it came.
+#[derive(Debug, Deserialize)]
+struct ListedTool {
+    name: String,
+    description: Option<String>,
+    #[serde(rename = "inputSchema", alias = "input_schema")]
+    input_schema: Option<serde_json::Value>,
+    annotations: Option<serde_json::Value>,
+}
+
+/// A `tools = "FILE.json"` file: a `tools/list` result (`{"tools": [...]}`) or the bare array.
+enum ListedTools {
+    Result { tools: Vec<ListedTool> },
+    Bare(Vec<ListedTool>),
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolsResult {
+    tools: Vec<ListedTool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,9 +264,24 @@ impl Suite {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "suite".into())
         });
-        if raw.tools_under_study.is_empty() {
-            return Err(ctx.err(None, "tools_under_study", "lists no tool"));
+        let catalog = catalog_tools(&raw, &dir, ctx)?;
+        if catalog.is_none() && raw.server.is_none() {
+            return Err(ctx.err(
+                None,
+                "server",
+                "missing: give [server] (the command that starts the MCP server, or its `url`), or declare the tools \
+                 for a catalog suite ([[tool]] entries or `tools = \"FILE.json\"`)",
+            ));
         }
+        let tools_under_study = match &catalog {
+            Some(tools) if raw.tools_under_study.is_empty() => {
+                tools.iter().map(|t| t.name.clone()).collect()
+            }
+            _ if raw.tools_under_study.is_empty() => {
+                return Err(ctx.err(None, "tools_under_study", "lists no tool"));
+            }
+            _ => raw.tools_under_study.clone(),
+        };
         let suite_max = raw.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
         if suite_max == 0 {
             return Err(ctx.err(None, "max_steps", "must be at least 1"));
@@ -251,7 +305,45 @@ impl Suite {
                 )
             }
         };
-        let server = server_spec(&name, &raw.server, &dir, fixture.is_some(), ctx)?;
+        let is_catalog = catalog.is_some();
+        let server = match (&raw.server, catalog) {
+            (Some(_), Some(_)) => {
+                return Err(ctx.err(
+                    None,
+                    "server",
+                    "give either [server] or the tools ([[tool]] entries or `tools = \"FILE.json\"`), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ctx.err(
+                    None,
+                    "server",
+                    "missing: give [server] (the command that starts the MCP server, or its `url`), or declare \
+                     the tools for a catalog suite ([[tool]] entries or `tools = \"FILE.json\"`)",
+                ));
+            }
+            (Some(s), None) => server_spec(&name, s, &dir, fixture.is_some(), ctx)?,
+            (None, Some(tools)) => {
+                if raw.fixture.is_some() || raw.reset.is_some() {
+                    let field = if raw.fixture.is_some() {
+                        "fixture"
+                    } else {
+                        "reset"
+                    };
+                    return Err(ctx.err(
+                        None,
+                        field,
+                        "a catalog suite runs no server, so it has no world to prepare; remove the section",
+                    ));
+                }
+                ServerSpec {
+                    name: name.clone(),
+                    transport: Transport::Catalog { tools },
+                    protocol: ProtocolPref::Auto,
+                    connect_timeout: Duration::from_secs(30),
+                }
+            }
+        };
         if fixture.is_some() {
             match &server.transport {
                 Transport::Http { .. } => {
@@ -262,6 +354,8 @@ impl Suite {
                          can be reset with [reset] instead",
                     ));
                 }
+                // Refused above: a catalog suite has no fixture.
+                Transport::Catalog { .. } => {}
                 Transport::Stdio { .. } => {
                     if !serde_json::to_string(&server.transport)
                         .unwrap_or_default()
@@ -307,7 +401,7 @@ impl Suite {
         let mut seen = HashSet::new();
         let mut tasks = Vec::with_capacity(raw.task.len());
         for (i, t) in raw.task.into_iter().enumerate() {
-            let task = build_task(i, t, suite_max, &dir, fixture.is_some(), ctx)?;
+            let task = build_task(i, t, suite_max, &dir, fixture.is_some(), is_catalog, ctx)?;
             if !seen.insert(task.id.clone()) {
                 return Err(ctx.err(
                     Some(i),
@@ -320,20 +414,170 @@ impl Suite {
         if tasks.is_empty() {
             return Err(ctx.err(None, "task", "the suite has no [[task]]"));
         }
-        Ok(Suite {
+        let suite = Suite {
             path: path.to_path_buf(),
             dir,
             name,
             description: raw.description,
             server,
-            tools_under_study: raw.tools_under_study,
+            tools_under_study,
             hide_tools: raw.hide_tools,
             tasks,
             fixture,
             reset,
             system_prompt,
-        })
+        };
+        // A catalog's tool list is known now: a wrong owner is reported when the file loads, not at evaluation.
+        if let Transport::Catalog { tools } = &suite.server.transport {
+            let listed: Vec<ToolSpec> = tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: std::sync::Arc::new(t.input_schema.clone()),
+                })
+                .collect();
+            suite.check_tool_names(&listed)?;
+        }
+        Ok(suite)
     }
+}
+
+/// The tools a catalog suite declares (`[[tool]]` entries, or `tools = "FILE.json"`), validated: names present and
+/// unique, schemas objects. `None` for a suite that declares none (a server suite).
+fn catalog_tools(
+    raw: &RawSuite,
+    dir: &Path,
+    ctx: &Ctx,
+) -> Result<Option<Vec<CatalogTool>>, EvalError> {
+    let declared: Vec<(String, RawTool)> = match (&raw.tools, raw.tool.is_empty()) {
+        (None, true) => return Ok(None),
+        (Some(_), false) => {
+            return Err(ctx.err(
+                None,
+                "tools",
+                "give the tools either inline ([[tool]]) or in a file (`tools = \"FILE.json\"`), not both",
+            ));
+        }
+        (None, false) => raw
+            .tool
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    format!("tool[{i}]"),
+                    RawTool {
+                        name: t.name.clone(),
+                        description: t.description.clone(),
+                        input_schema: t.input_schema.clone(),
+                        annotations: t.annotations.clone(),
+                    },
+                )
+            })
+            .collect(),
+        (Some(file), true) => {
+            let rel = expand_vars(file, dir, false).map_err(|m| ctx.err(None, "tools", m))?;
+            let p = dir.join(rel);
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                ctx.err(
+                    None,
+                    "tools",
+                    format!("{}: cannot be read: {e}", p.display()),
+                )
+            })?;
+            let shape = "a tools/list result (`{\"tools\": [{\"name\", \"description\", \"inputSchema\"}, ...]}`) \
+                         or an array of such tools";
+            let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                ctx.err(
+                    None,
+                    "tools",
+                    format!("{}:{}:{}: not JSON: {e}", p.display(), e.line(), e.column()),
+                )
+            })?;
+            // Read through serde_path_to_error so that a wrong member is named by its path (`tools[3].name`).
+            let listed: Result<ListedTools, _> = if value.is_array() {
+                serde_path_to_error::deserialize(value).map(ListedTools::Bare)
+            } else {
+                serde_path_to_error::deserialize(value)
+                    .map(|r: ToolsResult| ListedTools::Result { tools: r.tools })
+            };
+            let tools = match listed.map_err(|e| {
+                ctx.err(
+                    None,
+                    "tools",
+                    format!(
+                        "{}: at `{}`: {}; expected {shape}",
+                        p.display(),
+                        e.path(),
+                        e.inner()
+                    ),
+                )
+            })? {
+                ListedTools::Result { tools } | ListedTools::Bare(tools) => tools,
+            };
+            tools
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    (
+                        format!("{} tools[{i}]", p.display()),
+                        RawTool {
+                            name: t.name,
+                            description: t.description,
+                            input_schema: t.input_schema,
+                            annotations: t.annotations,
+                        },
+                    )
+                })
+                .collect()
+        }
+    };
+    if declared.is_empty() {
+        return Err(ctx.err(None, "tools", "the file declares no tool"));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(declared.len());
+    for (place, t) in declared {
+        let field = |f: &str| format!("{place}.{f}");
+        if t.name.trim().is_empty() {
+            return Err(ctx.err(None, field("name"), "is empty"));
+        }
+        if !seen.insert(t.name.clone()) {
+            return Err(ctx.err(
+                None,
+                field("name"),
+                format!("duplicate tool `{}` (names must be unique)", t.name),
+            ));
+        }
+        let schema = t
+            .input_schema
+            .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        let is_object_schema = schema.as_object().is_some_and(|o| {
+            o.get("type")
+                .is_none_or(|ty| ty == &serde_json::Value::String("object".into()))
+        });
+        if !is_object_schema {
+            return Err(ctx.err(
+                None,
+                field("input_schema"),
+                format!(
+                    "tool `{}`: an input schema is a JSON Schema object with `type = \"object\"` (MCP), got {schema}",
+                    t.name
+                ),
+            ));
+        }
+        out.push(CatalogTool {
+            name: t.name,
+            description: t.description.unwrap_or_default(),
+            input_schema: schema,
+            annotations: t
+                .annotations
+                .as_ref()
+                .map(tooltune_core::ToolAnnotations::from_mcp)
+                .filter(|h| !h.is_empty()),
+        });
+    }
+    Ok(Some(out))
 }
 
 impl Suite {

@@ -379,3 +379,112 @@ fn task_lines_are_the_headers_in_file_order() {
         assert_eq!(next, format!("id = \"{id}\""));
     }
 }
+
+const CATALOG: &str = r#"
+name = "cat"
+
+[[tool]]
+name = "search_docs"
+description = "Search the documentation."
+input_schema = { type = "object", properties = { query = { type = "string" } } }
+annotations = { readOnlyHint = true }
+
+[[tool]]
+name = "web_search"
+description = "Search the web."
+
+[[task]]
+id = "docs"
+prompt = "How do I turn on single sign-on?"
+split = "train"
+owner = "search_docs"
+
+[[task]]
+id = "thanks"
+prompt = "Thanks, that's all."
+split = "test"
+"#;
+
+#[test]
+fn a_catalog_suite_declares_its_tools_and_needs_no_check() {
+    let s = parse(CATALOG).expect("catalog suite");
+    assert!(s.is_catalog());
+    // No tools_under_study: every declared tool is studied.
+    assert_eq!(s.tools_under_study, ["search_docs", "web_search"]);
+    let Transport::Catalog { tools } = &s.server.transport else {
+        panic!("not a catalog: {:?}", s.server.transport);
+    };
+    assert_eq!(
+        tools[0].annotations.and_then(|a| a.read_only_hint),
+        Some(true)
+    );
+    // A tool declared without a schema gets an empty object schema, as MCP requires one.
+    assert_eq!(
+        tools[1].input_schema,
+        serde_json::json!({"type": "object", "properties": {}})
+    );
+    assert_eq!(s.tasks[1].owner, None);
+    assert!(s.needs_server("a full evaluation").is_err());
+    assert!(parse(GOOD).expect("server suite").needs_server("x").is_ok());
+}
+
+#[test]
+fn catalog_mistakes_are_named() {
+    let checked = CATALOG.replace(
+        "owner = \"search_docs\"",
+        "owner = \"search_docs\"\nanswer.contains = \"SSO\"",
+    );
+    let e = err_text(&checked);
+    assert!(
+        e.contains("`docs` (#1)") && e.contains("answer") && e.contains("first move only"),
+        "{e}"
+    );
+    let e = err_text(&CATALOG.replace("owner = \"search_docs\"", "owner = \"search_doc\""));
+    assert!(e.contains("owner") && e.contains("`search_doc`"), "{e}");
+    let e = err_text(&CATALOG.replace("name = \"web_search\"", "name = \"search_docs\""));
+    assert!(e.contains("tool[1].name") && e.contains("duplicate"), "{e}");
+    let e = err_text(&format!("{CATALOG}\n[server]\ncommand = \"srv\"\n"));
+    assert!(e.contains("not both"), "{e}");
+    let e = err_text(&CATALOG.replace(
+        "description = \"Search the web.\"",
+        "description = \"Search the web.\"\ninput_schema = { type = \"string\" }",
+    ));
+    assert!(
+        e.contains("tool[1].input_schema") && e.contains("object"),
+        "{e}"
+    );
+    let e = err_text("name = \"x\"\n[[task]]\nid = \"a\"\nprompt = \"p\"\nsplit = \"train\"\n");
+    assert!(e.contains("[server]") && e.contains("catalog"), "{e}");
+}
+
+#[test]
+fn a_catalog_reads_a_saved_tools_list_result() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("tools.json"),
+        r#"{"tools": [{"name": "search_docs", "title": "Docs", "description": "Search the documentation.",
+            "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+           {"name": "web_search", "inputSchema": {"type": "object"}}]}"#,
+    )
+    .expect("write");
+    let text = "tools = \"tools.json\"\n\n[[task]]\nid = \"a\"\nprompt = \"SSO?\"\nsplit = \"train\"\nowner = \"search_docs\"\n";
+    let s = Suite::parse(&dir.path().join("s.toml"), text).expect("catalog from a file");
+    let Transport::Catalog { tools } = &s.server.transport else {
+        panic!("not a catalog");
+    };
+    assert_eq!(tools.len(), 2);
+    assert_eq!(tools[1].description, "");
+    std::fs::write(dir.path().join("tools.json"), "{\"tools\": [{\"nam\": 1}]}").expect("write");
+    let e = Suite::parse(&dir.path().join("s.toml"), text)
+        .expect_err("bad file")
+        .to_string();
+    assert!(
+        e.contains("tools.json: at `tools[0]`") && e.contains("name") && e.contains("tools/list"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join("tools.json"), "{\"tools\": [").expect("write");
+    let e = Suite::parse(&dir.path().join("s.toml"), text)
+        .expect_err("not JSON")
+        .to_string();
+    assert!(e.contains("tools.json:1:") && e.contains("not JSON"), "{e}");
+}

@@ -400,6 +400,13 @@ async fn drive_leased(
     on_event: &(dyn Fn(&Event) + Send + Sync),
 ) -> Result<RunSummary, DriverError> {
     let suite = Suite::load(&cfg.suite)?;
+    // A catalog suite has no server to roll out on: only a search made of exact screens can run on it.
+    if cfg.objective == Objective::TaskSuccess {
+        suite.needs_server("the task-success objective")?;
+    }
+    if !cfg.screening.as_ref().is_some_and(|s| s.decisive) {
+        suite.needs_server("a search without exact screens (--no-screen)")?;
+    }
     let server = suite.connect().await?;
     // Names are checked against everything the server offers (a hidden tool must exist too), then hidden.
     let listed = server.list_tools().await?;

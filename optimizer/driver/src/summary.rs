@@ -86,6 +86,10 @@ pub(crate) fn held_out_tasks(ctx: &Ctx<'_>) -> (Vec<String>, Vec<String>) {
         .split(Split::Test)
         .map(|t| (t.id.clone(), t.owner.clone()))
         .collect();
+    // A catalog suite cannot roll out: every held-out task is screened.
+    if ctx.suite.is_catalog() {
+        return (Vec::new(), all.into_iter().map(|(id, _)| id).collect());
+    }
     split_held_out(&all, ctx.cfg.test_sample, ctx.cfg.seed)
 }
 

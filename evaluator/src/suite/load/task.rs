@@ -13,9 +13,31 @@ pub(super) fn build_task(
     suite_max: u32,
     dir: &Path,
     fixture: bool,
+    catalog: bool,
     ctx: &Ctx,
 ) -> Result<Task, EvalError> {
     let e = |field: &str, msg: String| ctx.err(Some(i), field, msg);
+    if catalog {
+        // A catalog suite has nothing to roll out on: a check would never run, and silently ignoring one would let
+        // a user believe it did.
+        for (field, set) in [
+            ("answer", t.answer.is_some()),
+            ("expect_tools", !t.expect_tools.is_empty()),
+            ("forbid_tools", !t.forbid_tools.is_empty()),
+            ("reference", !t.reference.is_empty()),
+            ("expect_file", !t.expect_file.is_empty()),
+            ("expect_command", t.expect_command.is_some()),
+        ] {
+            if set {
+                return Err(e(
+                    field,
+                    "a catalog suite's tasks are scored by their first move only (no server runs a rollout): \
+                     give `owner`, or no owner for a request that needs no tool, and no check"
+                        .into(),
+                ));
+            }
+        }
+    }
     if t.id.trim().is_empty() {
         return Err(e("id", "is empty".into()));
     }
@@ -99,7 +121,8 @@ pub(super) fn build_task(
             })
         }
     };
-    if answer.is_none()
+    if !catalog
+        && answer.is_none()
         && t.expect_tools.is_empty()
         && t.forbid_tools.is_empty()
         && t.expect_file.is_empty()
