@@ -72,9 +72,9 @@ enum Command {
     /// Optimise a tool's description on a suite (GEPA) for task success or selection rate.
     Optimize(optimize_cmd::OptimizeArgs),
     /// The overconfident contractor: optimise one description for task success and for selection rate, side by
-    /// side, and write a report comparing them. With the defaults about 10 minutes on two AVX2 cores (10 min 29 s
-    /// measured on an AMD EPYC virtual machine, AVX2-only build, 1.5B agent and reflector, peak RSS 2.2 GB; 8
-    /// minutes with AVX-512).
+    /// side, and write a report comparing them. With the defaults 11 to 13 minutes on two cores (measured on an AMD
+    /// EPYC virtual machine, 1.5B agent and reflector: 10 min 58 s with the AVX-512 build, 12 min 45 s AVX2-only,
+    /// peak RSS 2.2 GB).
     Demo(demo_cmd::DemoArgs),
     /// The baseline a search must beat: each tool's description rewritten once by the reflector from a good prompt,
     /// without evidence (`--best-of K`: K rewrites, the best on the training split's exact routing kept).
