@@ -153,7 +153,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => report_cmd::run(&db, args).await,
         Command::Serve(args) => serve_cmd::run(&db, args).await,
         Command::Worker(args) => worker_cmd::run(&db, cli.config.as_deref(), args).await,
-        Command::Suite { command } => suite_cmd::run(cli.config.as_deref(), command).await,
+        Command::Suite { command } => suite_cmd::run(&db, cli.config.as_deref(), command).await,
     }
 }
 
