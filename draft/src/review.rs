@@ -2,7 +2,7 @@
 //! summary, then the kept tasks grouped by tool (request, split, check, reference call, start of its result),
 //! then the dropped ones with their reasons. Meant to be read in five minutes before the suite is used.
 
-use crate::outcome::{DraftOutcome, Dropped, Kept, Origin, TaskCheck};
+use crate::outcome::{DraftOutcome, Dropped, Kept, Kind, Origin, TaskCheck};
 use crate::parse::Check;
 use std::collections::BTreeMap;
 use tooltune_core::text::escape_html;
@@ -41,6 +41,16 @@ fn groups(o: &DraftOutcome) -> Vec<(String, Vec<&Kept>)> {
         m.entry(key).or_default().push(k);
     }
     m.into_iter().map(|((_, t), v)| (t, v)).collect()
+}
+
+/// The tool a dropped task was for: a request from logs whose owner could not be read has none and is not a
+/// no-tool request.
+fn dropped_for(d: &Dropped) -> &str {
+    match (&d.owner, &d.kind) {
+        (Some(o), _) => o,
+        (None, Kind::NoTool) => "no tool",
+        (None, _) => "owner unknown",
+    }
 }
 
 /// What the page reviews.
@@ -181,7 +191,7 @@ fn dropped_md(d: &Dropped, code: &dyn Fn(&str) -> String) -> String {
     let mut s = format!(
         "- {} (for {}, {}): **{}**: {}\n",
         one_line(&d.prompt),
-        d.owner.as_deref().unwrap_or("no tool"),
+        dropped_for(d),
         d.kind.name(),
         d.reason.key(),
         one_line(&d.detail)
@@ -253,7 +263,7 @@ pub fn html(title: &str, o: &DraftOutcome) -> String {
                 "<tr><td>{}</td><td>{}<br>{}</td><td class=\"reason\">{}: {}</td><td><code>{}</code></td>\
                  <td><code>{}</code></td></tr>\n",
                 e(&d.prompt),
-                e(d.owner.as_deref().unwrap_or("no tool")),
+                e(dropped_for(d)),
                 e(d.kind.name()),
                 e(&d.reason.key()),
                 e(&d.detail),
@@ -270,7 +280,7 @@ pub fn html(title: &str, o: &DraftOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{DropReason, Kind};
+    use crate::outcome::DropReason;
     use crate::tools::Access;
     use tooltune_evaluator::{ReferenceCall, Split};
 
@@ -337,6 +347,15 @@ mod tests {
         assert!(m.contains("answer: mentions \"Joon Lee\""), "{m}");
         assert!(m.contains("`read_file({\"path\":\"team.txt\"})`"), "{m}");
         assert!(m.contains("1 with an answer check, 0 routing only"), "{m}");
+        // A request from logs whose owner could not be read is not called a no-tool request.
+        let mut o = outcome();
+        o.dropped[0].owner = None;
+        o.dropped[0].reason = DropReason::NoSuccessfulRun;
+        let m = markdown("demo", &o);
+        assert!(
+            m.contains("(for owner unknown, tool): **no-successful-run**"),
+            "{m}"
+        );
     }
 
     #[test]
