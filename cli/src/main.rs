@@ -81,7 +81,8 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Take rollout jobs of runs started with --workers from the PostgreSQL store and play them on this machine.
     Worker(worker_cmd::WorkerArgs),
-    /// Draft a task suite for a server nobody wrote tasks for, or check that a suite's tasks are still solvable.
+    /// Draft a task suite for a server nobody wrote tasks for, make one from logged runs, or check that a suite's
+    /// tasks are still solvable.
     Suite {
         #[command(subcommand)]
         command: suite_cmd::SuiteCommand,

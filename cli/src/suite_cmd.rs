@@ -22,9 +22,9 @@ pub enum SuiteCommand {
     Draft(Box<DraftArgs>),
     /// Make a suite from the stored logged runs (`tooltune ingest`, labelled by `tooltune traces label` where the
     /// producer wrote no outcome): each request once, owned by the tool its successful runs called first, with an
-    /// answer check where their answers share a number, name or date. With a server (`-- COMMAND` or --url) each
-    /// owner's logged call is run there and the task kept only if it succeeds; without one the tasks are written
-    /// unverified.
+    /// answer check where their answers share a number, name or date. With a server (`-- COMMAND` or --url) the
+    /// logged calls (the owner's first) are run there and the task kept only if the owner's call succeeds; without
+    /// one the tasks are written unverified.
     FromTraces(Box<FromTracesArgs>),
     /// Run every task's reference calls and report the tasks that are no longer solvable, with file and line.
     Check(CheckArgs),
