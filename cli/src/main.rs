@@ -85,7 +85,8 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Take rollout jobs of runs started with --workers from the PostgreSQL store and play them on this machine.
     Worker(worker_cmd::WorkerArgs),
-    /// Draft a task suite for a server nobody wrote tasks for, or check that a suite's tasks are still solvable.
+    /// Draft a task suite for a server nobody wrote tasks for, make one from logged runs, or check that a suite's
+    /// tasks are still solvable.
     Suite {
         #[command(subcommand)]
         command: suite_cmd::SuiteCommand,
@@ -158,7 +159,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Rewrite(args) => rewrite_cmd::run(cli.config.as_deref(), args).await,
         Command::Serve(args) => serve_cmd::run(&db, args).await,
         Command::Worker(args) => worker_cmd::run(&db, cli.config.as_deref(), args).await,
-        Command::Suite { command } => suite_cmd::run(cli.config.as_deref(), command).await,
+        Command::Suite { command } => suite_cmd::run(&db, cli.config.as_deref(), command).await,
     }
 }
 

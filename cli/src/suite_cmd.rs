@@ -1,5 +1,6 @@
-//! `tooltune suite draft` and `tooltune suite check`: argument parsing, the drafting model, progress on stderr and
-//! the summary on stdout, over the draft crate.
+//! `tooltune suite draft`, `tooltune suite from-traces` and `tooltune suite check`: argument parsing, the drafting
+//! model, reading the logged runs from the store, progress on stderr and the summary on stdout, over the draft
+//! crate.
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -8,8 +9,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tooltune_draft::{Counts, DraftConfig};
+use tooltune_draft::{Counts, DraftConfig, DraftOutcome, FromTracesConfig, LoggedRun};
 use tooltune_evaluator::{ProtocolPref, ServerSpec};
+use tooltune_store::{LabelUse, LoggedFilter, Store};
 
 /// Write or check task suites.
 #[derive(Debug, clap::Subcommand)]
@@ -18,6 +20,12 @@ pub enum SuiteCommand {
     /// verify each on the server with a reference call, and write the suite and a review page (.review.md and
     /// .review.html beside it). Ctrl-C keeps what was verified so far.
     Draft(Box<DraftArgs>),
+    /// Make a suite from the stored logged runs (`tooltune ingest`, labelled by `tooltune traces label` where the
+    /// producer wrote no outcome): each request once, owned by the tool its successful runs called first, with an
+    /// answer check where their answers share a number, name or date. With a server (`-- COMMAND` or --url) the
+    /// logged calls (the owner's first) are run there and the task kept only if the owner's call succeeds; without
+    /// one the tasks are written unverified.
+    FromTraces(Box<FromTracesArgs>),
     /// Run every task's reference calls and report the tasks that are no longer solvable, with file and line.
     Check(CheckArgs),
 }
@@ -74,6 +82,59 @@ pub struct DraftArgs {
     command: Vec<String>,
 }
 
+/// `suite from-traces`.
+#[derive(Debug, clap::Args)]
+pub struct FromTracesArgs {
+    /// The suite file to write (replaced atomically; refused when it exists).
+    #[arg(long, default_value = "from-traces.toml")]
+    out: PathBuf,
+    /// Only requests owned by this tool (repeat for several).
+    #[arg(long)]
+    tool: Vec<String>,
+    /// Only runs that started on or after this date (YYYY-MM-DD) or RFC 3339 time; runs without a logged start time
+    /// count from when they were ingested.
+    #[arg(long)]
+    since: Option<String>,
+    /// Only runs that started on or before this date (the whole day) or time.
+    #[arg(long)]
+    until: Option<String>,
+    /// Only runs whose verdict came from these sources: producer (the log's own outcome), judge, heuristic
+    /// (`traces label`); comma-separated or repeated [default: any verdict, unjudged runs read too].
+    #[arg(long, value_delimiter = ',')]
+    label_source: Vec<String>,
+    /// Whether tooltune's labels count where the producer wrote no outcome: use or ignore.
+    #[arg(long, default_value = "use")]
+    labels: String,
+    /// Read at most this many runs (the earliest logged first).
+    #[arg(long, default_value_t = 100_000)]
+    limit: u64,
+    /// Seeds the splits.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// A folder or file copied for every call of a tool that may write; name the copy in the command as
+    /// '${FIXTURE_DIR}'.
+    #[arg(long)]
+    fixture: Option<PathBuf>,
+    /// A Streamable HTTP server instead of a command.
+    #[arg(long, conflicts_with = "command")]
+    url: Option<String>,
+    /// The suite's name [default: the file name].
+    #[arg(long)]
+    name: Option<String>,
+    /// Seconds one reference call may take.
+    #[arg(long, default_value_t = 30.0)]
+    call_timeout: f64,
+    /// The protocol revision: auto, or one such as 2025-11-25.
+    #[arg(long, default_value = "auto")]
+    protocol: String,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// The server's command and arguments, after `--` (optional: without a server the tasks are not verified).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
 /// `suite check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -87,9 +148,14 @@ pub struct CheckArgs {
     json: bool,
 }
 
-pub async fn run(config: Option<&std::path::Path>, command: SuiteCommand) -> Result<ExitCode> {
+pub async fn run(
+    db: &str,
+    config: Option<&std::path::Path>,
+    command: SuiteCommand,
+) -> Result<ExitCode> {
     match command {
         SuiteCommand::Draft(args) => draft(config, *args).await,
+        SuiteCommand::FromTraces(args) => from_traces(db, *args).await,
         SuiteCommand::Check(args) => check(args).await,
     }
 }
@@ -113,20 +179,30 @@ fn bar(unit: &str) -> ProgressBar {
     bar
 }
 
-async fn draft(config: Option<&std::path::Path>, args: DraftArgs) -> Result<ExitCode> {
-    let protocol =
-        ProtocolPref::parse(&args.protocol).map_err(|m| anyhow::anyhow!("--protocol: {m}"))?;
-    let server = match (&args.url, args.command.split_first()) {
-        (Some(url), _) => ServerSpec::http(url.clone(), url.clone()),
+/// The server given as `--url` or after `--`, if any.
+fn server_spec(
+    url: Option<&str>,
+    command: &[String],
+    protocol: &str,
+) -> Result<Option<ServerSpec>> {
+    let protocol = ProtocolPref::parse(protocol).map_err(|m| anyhow::anyhow!("--protocol: {m}"))?;
+    Ok(match (url, command.split_first()) {
+        (Some(url), _) => Some(ServerSpec::http(url, url)),
         (None, Some((cmd, rest))) => {
             let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-            ServerSpec::stdio(cmd.clone(), cmd.clone(), &rest)
+            Some(ServerSpec::stdio(cmd.clone(), cmd.clone(), &rest))
         }
-        (None, None) => bail!(
-            "give the server: `tooltune suite draft -- COMMAND [ARGS...]` (or --url URL for Streamable HTTP)"
-        ),
+        (None, None) => None,
     }
-    .with_protocol(protocol);
+    .map(|s| s.with_protocol(protocol)))
+}
+
+async fn draft(config: Option<&std::path::Path>, args: DraftArgs) -> Result<ExitCode> {
+    let Some(server) = server_spec(args.url.as_deref(), &args.command, &args.protocol)? else {
+        bail!(
+            "give the server: `tooltune suite draft -- COMMAND [ARGS...]` (or --url URL for Streamable HTTP)"
+        );
+    };
     if args.more.is_some() && !args.out.exists() {
         bail!(
             "--more adds to an existing suite, but {} does not exist; draft it first without --more",
@@ -189,12 +265,18 @@ async fn draft(config: Option<&std::path::Path>, args: DraftArgs) -> Result<Exit
     bar.finish_and_clear();
     let outcome = result?;
 
-    if args.json {
+    print_outcome(&outcome, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The one-line summary and the review pages' paths, or the JSON summary.
+fn print_outcome(outcome: &DraftOutcome, json: bool) -> Result<()> {
+    if json {
         println!("{}", serde_json::to_string_pretty(&outcome.summary())?);
     } else {
         let s = outcome.summary();
         println!(
-            "{}: {} tasks kept of {} drafted ({} with an answer check, {} routing only), {} dropped{} in {:.0} s",
+            "{}: {} tasks kept of {} {} ({} with an answer check, {} routing only), {} dropped{} in {:.0} s",
             outcome
                 .suite
                 .as_ref()
@@ -202,6 +284,11 @@ async fn draft(config: Option<&std::path::Path>, args: DraftArgs) -> Result<Exit
                 .unwrap_or_default(),
             outcome.kept.len(),
             outcome.drafted(),
+            if outcome.traces.is_some() {
+                "logged requests"
+            } else {
+                "drafted"
+            },
             s["answer_checked"],
             s["routing_only"],
             outcome.dropped.len(),
@@ -227,6 +314,142 @@ async fn draft(config: Option<&std::path::Path>, args: DraftArgs) -> Result<Exit
             outcome.review_html.display()
         );
     }
+    Ok(())
+}
+
+/// A `--since`/`--until` value: a date `YYYY-MM-DD`, or a time that begins with one (`2025-06-02T09:00:00Z`).
+/// Compared as text with the stored times, so only the shape is checked here.
+fn date_arg(flag: &str, v: &str) -> Result<String> {
+    let b = v.as_bytes();
+    let num = |r: std::ops::Range<usize>| {
+        b.get(r.clone())
+            .filter(|d| d.iter().all(u8::is_ascii_digit))
+            .and_then(|_| v[r].parse::<u32>().ok())
+    };
+    let ok = b.len() >= 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && num(0..4).is_some()
+        && num(5..7).is_some_and(|m| (1..=12).contains(&m))
+        && num(8..10).is_some_and(|d| (1..=31).contains(&d))
+        && (b.len() == 10 || (b[10] == b'T' && b.len() > 11));
+    if !ok {
+        bail!(
+            "{flag} {v:?}: give a date YYYY-MM-DD or an RFC 3339 time such as 2025-06-02T09:00:00Z"
+        );
+    }
+    Ok(v.to_string())
+}
+
+async fn from_traces(db: &str, args: FromTracesArgs) -> Result<ExitCode> {
+    let server = server_spec(args.url.as_deref(), &args.command, &args.protocol)?;
+    if args.fixture.is_some() && server.is_none() {
+        bail!("--fixture needs a server to run on: give it after `--` (or --url)");
+    }
+    if args.out.exists() {
+        bail!(
+            "{} exists; pass another --out (or remove it first)",
+            args.out.display()
+        );
+    }
+    for s in &args.label_source {
+        if !["producer", "judge", "heuristic"].contains(&s.as_str()) {
+            bail!("--label-source {s:?}: expected producer, judge or heuristic");
+        }
+    }
+    let labels: LabelUse = args
+        .labels
+        .parse()
+        .map_err(|m| anyhow::anyhow!("--labels {m}"))?;
+    let filter = LoggedFilter {
+        tools: args.tool.clone(),
+        since: args
+            .since
+            .as_deref()
+            .map(|v| date_arg("--since", v))
+            .transpose()?,
+        until: args
+            .until
+            .as_deref()
+            .map(|v| date_arg("--until", v))
+            .transpose()?,
+        verdict_sources: args.label_source.clone(),
+        labels,
+        limit: args.limit,
+    };
+    let mut words: Vec<String> = Vec::new();
+    if !args.tool.is_empty() {
+        words.push(format!("--tool {}", args.tool.join(", ")));
+    }
+    if let Some(s) = &filter.since {
+        words.push(format!("--since {s}"));
+    }
+    if let Some(u) = &filter.until {
+        words.push(format!("--until {u}"));
+    }
+    if !args.label_source.is_empty() {
+        words.push(format!("--label-source {}", args.label_source.join(",")));
+    }
+
+    let store = Store::open(db).await?;
+    let verdicts = store
+        .logged_runs(&filter)
+        .await
+        .context("reading the logged runs")?;
+    let filters = if words.is_empty() {
+        format!(
+            "the store {} holds no logged run",
+            tooltune_store::redact_url(db)
+        )
+    } else {
+        format!("none matches {}", words.join(", "))
+    };
+    let mut runs = Vec::with_capacity(verdicts.len());
+    for v in verdicts {
+        let Some(trajectory) = store.trajectory(&v.id).await? else {
+            continue;
+        };
+        runs.push(LoggedRun {
+            id: v.id.to_string(),
+            trajectory,
+            success: v.success,
+        });
+    }
+    store.close().await;
+    let cfg = FromTracesConfig {
+        server,
+        fixture: args.fixture.clone(),
+        out: args.out.clone(),
+        name: args.name.clone(),
+        tools: args.tool.clone(),
+        filters,
+        seed: args.seed,
+        call_timeout: timeout(args.call_timeout, "--call-timeout")?,
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut interrupts = crate::progress::Interrupts::listen().context("listening for Ctrl-C")?;
+    let stop2 = Arc::clone(&stop);
+    tokio::spawn(async move {
+        if interrupts.next().await {
+            stop2.store(true, Ordering::SeqCst);
+            eprintln!("stopping: what was verified is written (Ctrl-C again to quit now)");
+            if interrupts.next().await {
+                std::process::exit(130);
+            }
+        }
+    });
+    let bar = bar("requests");
+    bar.set_message("from traces");
+    let b2 = bar.clone();
+    let mut on_progress = move |p: &tooltune_draft::Progress| {
+        b2.set_message(p.stage);
+        b2.set_length(p.total as u64);
+        b2.set_position(p.done as u64);
+    };
+    let result = tooltune_draft::from_traces(&cfg, runs, &stop, &mut on_progress).await;
+    bar.finish_and_clear();
+    print_outcome(&result?, args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 

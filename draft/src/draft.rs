@@ -14,315 +14,35 @@
 //!    is kept when the call succeeds and the result answers it; it gets an answer check when that value is short,
 //!    in both results, and a number, name or date, else it checks routing only.
 //!
-//! Ctrl-C (the stop flag) ends the current batch; what was verified by then is written.
+//! Ctrl-C (the stop flag) ends the current batch; what was verified by then is written. Starting the server and
+//! running reference calls are in `server.rs`, the last stage (ids, splits, the file, the review pages) in
+//! `finish.rs`, both shared with `suite from-traces`.
 
-use crate::parse::{self, Check, LineRejection, NoCheck};
+use crate::DraftError;
+use crate::finish::{self, SuiteFile};
+use crate::parse::{self, LineRejection, NoCheck};
 use crate::prompt::{self, ObservationView, ToolView};
-use crate::tools::{self, Access};
-use crate::{DraftError, split, write};
-use serde::Serialize;
+use crate::server::{self, Calls};
+use crate::tools;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tooltune_core::ToolSpec;
-use tooltune_evaluator::fixture::{Fixture, Workspace};
-use tooltune_evaluator::{
-    EvalError, McpServer, ReferenceCall, ServerSpec, Split, Suite, Transport,
-};
+use tooltune_evaluator::{McpServer, ReferenceCall, Split, Suite};
 use tooltune_llm::{ChatModel, ChatRequest, Message, ToolChoice};
 
-/// How many requests of each kind to draft.
-#[derive(Debug, Clone)]
-pub struct Counts {
-    /// Requests per tool.
-    pub per_tool: usize,
-    /// Requests no tool serves.
-    pub no_tool: usize,
-    /// Pairs of confusable tools drafted against each other.
-    pub pairs: usize,
-    /// Requests per direction of a pair.
-    pub per_pair: usize,
-}
-
-impl Counts {
-    /// The defaults for `per_tool` requests a tool: half as many no-tool requests (at least 2), two confusable
-    /// pairs with a third as many each way (at least 1).
-    pub fn for_per_tool(per_tool: usize) -> Counts {
-        Counts {
-            per_tool,
-            no_tool: (per_tool / 2).max(2),
-            pairs: 2,
-            per_pair: (per_tool / 3).max(1),
-        }
-    }
-}
-
-/// What to draft, for which server, into which file.
-#[derive(Debug, Clone)]
-pub struct DraftConfig {
-    /// The server as given (`${FIXTURE_DIR}` may stand in its command line).
-    pub server: ServerSpec,
-    /// A folder or file copied for every call of a tool that may write (and for exploration).
-    pub fixture: Option<PathBuf>,
-    /// The suite file to write.
-    pub out: PathBuf,
-    /// The suite's name (default: the file name).
-    pub name: Option<String>,
-    /// How many requests to draft.
-    pub counts: Counts,
-    /// Seeds drafting (sampling) and the splits.
-    pub seed: u64,
-    /// How long one reference or exploration call may take.
-    pub call_timeout: Duration,
-    /// Add to the suite at `out` instead of writing a new one: tasks already there are kept as they are and no
-    /// drafted request repeats one of them.
-    pub more: bool,
-}
-
-/// Progress: the stage, and units done of the total known so far (the total grows once drafting has made the
-/// tasks to verify).
-#[derive(Debug, Clone)]
-pub struct Progress {
-    /// `exploring`, `drafting`, `verifying`, `writing`.
-    pub stage: &'static str,
-    /// Units done.
-    pub done: usize,
-    /// Units known.
-    pub total: usize,
-}
-
-/// What a drafted task was drafted as.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Kind {
-    /// A request for its owner.
-    Tool,
-    /// A request no tool serves.
-    NoTool,
-    /// A request for its owner that sits close to `against`.
-    Confusable {
-        /// The other tool of the pair.
-        against: String,
-    },
-}
-
-impl Kind {
-    /// The provenance word.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Kind::Tool => "tool",
-            Kind::NoTool => "no-tool",
-            Kind::Confusable { .. } => "confusable",
-        }
-    }
-
-    /// The other tool of a confusable pair.
-    pub fn against(&self) -> Option<&str> {
-        match self {
-            Kind::Confusable { against } => Some(against),
-            _ => None,
-        }
-    }
-}
-
-/// What a kept task checks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskCheck {
-    /// An answer check from the reference result.
-    Answer(Check),
-    /// Only the tool called (the owner, or none); why there is no answer check.
-    Routing(String),
-}
-
-/// A task that passed verification.
-#[derive(Debug, Clone, Serialize)]
-pub struct Kept {
-    /// Its id.
-    pub id: String,
-    /// The request.
-    pub prompt: String,
-    /// Its split.
-    pub split: Split,
-    /// The tool it belongs to; `None` for a no-tool request.
-    pub owner: Option<String>,
-    /// What it was drafted as.
-    pub kind: Kind,
-    /// Its check.
-    pub check: TaskCheck,
-    /// The reference call.
-    pub reference: Option<ReferenceCall>,
-    /// The start of the reference result, for the review page.
-    pub result_start: Option<String>,
-    /// `sha256:` and the digest of the reference result's text.
-    pub digest: Option<String>,
-    /// The drafting model's id.
-    pub model: String,
-}
-
-/// Why a drafted task was dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DropReason {
-    /// The same request as another, or as a task already in the suite.
-    Duplicate,
-    /// Too short, too long, or it names a tool.
-    Malformed,
-    /// The model wrote no call for it.
-    NoCall,
-    /// The tool may write and no fixture was given, so it was not called.
-    WritesWithoutFixture,
-    /// The server refused the call (unknown tool, invalid arguments).
-    Rejected,
-    /// The tool answered with an error (`isError`).
-    ToolError,
-    /// The call did not answer in time.
-    Timeout,
-    /// The server died or the transport failed during the call.
-    ServerFailed,
-    /// The call returned nothing.
-    EmptyResult,
-    /// The model judged that the result does not give what was asked.
-    NotAnswered,
-    /// The model's verdict could not be read, twice.
-    UnreadableVerdict,
-    /// Drafting was stopped (Ctrl-C) before this task was verified.
-    Stopped,
-}
-
-impl DropReason {
-    /// The reason as a key (`tool-error`).
-    pub fn key(self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    }
-}
-
-/// A drafted task that was not kept.
-#[derive(Debug, Clone, Serialize)]
-pub struct Dropped {
-    /// The request.
-    pub prompt: String,
-    /// The tool it was drafted for.
-    pub owner: Option<String>,
-    /// What it was drafted as.
-    pub kind: Kind,
-    /// Why it was dropped.
-    pub reason: DropReason,
-    /// The details (the server's message, the timeout).
-    pub detail: String,
-    /// The reference call, when one was written.
-    pub reference: Option<ReferenceCall>,
-    /// The start of its result, when it ran.
-    pub result_start: Option<String>,
-}
-
-/// One exploration call.
-#[derive(Debug, Clone, Serialize)]
-pub struct Observation {
-    /// The tool called.
-    pub tool: String,
-    /// Its arguments.
-    pub arguments: Value,
-    /// The text it returned (cut), or the error.
-    pub result: String,
-    /// Whether it failed.
-    pub failed: bool,
-}
-
-/// The outcome of `suite draft`.
-#[derive(Debug, Clone, Serialize)]
-pub struct DraftOutcome {
-    /// The suite written, or `None` when nothing was kept.
-    pub suite: Option<PathBuf>,
-    /// The review page as Markdown.
-    pub review_md: PathBuf,
-    /// The review page as HTML.
-    pub review_html: PathBuf,
-    /// The drafting model.
-    pub model: String,
-    /// The server's tools with their access.
-    pub tools: Vec<(String, Access)>,
-    /// The exploration calls.
-    pub explored: Vec<Observation>,
-    /// Tasks the suite held before (`--more`).
-    pub existing: usize,
-    /// Tasks kept (the new ones).
-    pub kept: Vec<Kept>,
-    /// Tasks dropped, with reasons.
-    pub dropped: Vec<Dropped>,
-    /// Whether drafting was stopped early.
-    pub stopped: bool,
-    /// Wall time in seconds.
-    pub seconds: f64,
-}
-
-impl DraftOutcome {
-    /// Drafted requests in all (kept and dropped).
-    pub fn drafted(&self) -> usize {
-        self.kept.len() + self.dropped.len()
-    }
-
-    /// Dropped tasks per reason.
-    pub fn dropped_by_reason(&self) -> BTreeMap<String, usize> {
-        let mut m = BTreeMap::new();
-        for d in &self.dropped {
-            *m.entry(d.reason.key()).or_insert(0) += 1;
-        }
-        m
-    }
-
-    /// Kept tasks with an answer check.
-    pub fn answer_checked(&self) -> usize {
-        self.kept
-            .iter()
-            .filter(|k| matches!(k.check, TaskCheck::Answer(_)))
-            .count()
-    }
-
-    /// The summary `--json` prints.
-    pub fn summary(&self) -> Value {
-        let mut per_tool: BTreeMap<String, [usize; 2]> = BTreeMap::new();
-        for k in &self.kept {
-            per_tool
-                .entry(k.owner.clone().unwrap_or_else(|| "(no tool)".into()))
-                .or_default()[0] += 1;
-        }
-        for d in &self.dropped {
-            per_tool
-                .entry(d.owner.clone().unwrap_or_else(|| "(no tool)".into()))
-                .or_default()[1] += 1;
-        }
-        json!({
-            "suite": self.suite,
-            "review_md": self.review_md,
-            "review_html": self.review_html,
-            "model": self.model,
-            "tools": self.tools.iter().map(|(n, a)| json!({"name": n, "access": a})).collect::<Vec<_>>(),
-            "explored": self.explored.len(),
-            "existing": self.existing,
-            "drafted": self.drafted(),
-            "kept": self.kept.len(),
-            "answer_checked": self.answer_checked(),
-            "routing_only": self.kept.len() - self.answer_checked(),
-            "dropped": self.dropped.len(),
-            "dropped_by_reason": self.dropped_by_reason(),
-            "per_tool": per_tool.iter().map(|(t, [k, d])| json!({"tool": t, "kept": k, "dropped": d})).collect::<Vec<_>>(),
-            "stopped": self.stopped,
-            "seconds": (self.seconds * 10.0).round() / 10.0,
-        })
-    }
-}
+pub use crate::outcome::{
+    Counts, DraftConfig, DraftOutcome, DropReason, Dropped, Kept, Kind, Observation, Origin,
+    Progress, TaskCheck, TraceSummary,
+};
+pub use crate::server::command_line;
 
 /// How much of a result the prompts show, in characters.
 const RESULT_IN_PROMPT: usize = 500;
 /// How much of a result the review page shows.
-const RESULT_IN_REVIEW: usize = 240;
+pub(crate) const RESULT_IN_REVIEW: usize = 240;
 /// How many exploration results a prompt shows.
 const OBSERVATIONS_IN_PROMPT: usize = 6;
 /// How many requests the model decodes together.
@@ -352,45 +72,16 @@ pub async fn draft(
     } else {
         None
     };
-    let fixture = match &cfg.fixture {
-        Some(p) => {
-            let abs = p.canonicalize().map_err(|e| DraftError::Fixture {
-                path: p.clone(),
-                message: e.to_string(),
-            })?;
-            Some(Fixture::load(abs).map_err(|e| DraftError::Fixture {
-                path: p.clone(),
-                message: e.to_string(),
-            })?)
-        }
-        None => None,
-    };
-    let fixture_named = serde_json::to_string(&cfg.server.transport)
-        .unwrap_or_default()
-        .contains(tooltune_evaluator::fixture::FIXTURE_VAR);
-    match (&fixture, fixture_named) {
-        (Some(_), false) => return Err(DraftError::FixtureUnused),
-        (None, true) => return Err(DraftError::FixtureMissing),
-        _ => {}
-    }
-
-    let spec = effective_spec(&cfg.server, fixture.is_some());
     // The server exploration and read-only reference calls run on: the live server, or one fixture copy.
-    let main = Main::open(&spec, fixture.as_ref()).await?;
-    let all_tools = main
-        .server()
-        .list_tools()
-        .await
-        .map_err(|e| start_error(&spec, e))?;
-    if all_tools.is_empty() {
-        main.close().await;
-        return Err(DraftError::NoTools {
-            server: command_line(&cfg.server),
-        });
-    }
-    let hints = main.server().hints();
-    let access = tools::access_map(&all_tools, &hints);
-    let protocol = main.server().negotiated_protocol();
+    let opened = server::open(&cfg.server, cfg.fixture.as_deref()).await?;
+    let server::Opened {
+        spec,
+        fixture,
+        main,
+        tools: all_tools,
+        access,
+        protocol,
+    } = opened;
     let tool_names: Vec<String> = all_tools.iter().map(|t| t.name.clone()).collect();
 
     let pairs = tools::confusable_pairs(&all_tools, cfg.counts.pairs);
@@ -450,86 +141,65 @@ pub async fn draft(
     p.total += candidates.len();
     progress(&p);
     let ctx = VerifyCtx {
-        cfg,
-        spec: &spec,
+        calls: Calls {
+            spec: &spec,
+            main: main.server(),
+            fixture: fixture.as_ref(),
+            access: &access,
+            timeout: cfg.call_timeout,
+        },
         model,
-        main: main.server(),
-        fixture: fixture.as_ref(),
         tools: &all_tools,
-        access: &access,
         observations: &observations,
     };
     let (verified, more_dropped, stopped) = verify(&ctx, candidates, stop, &mut p, progress).await;
     dropped.extend(more_dropped);
     main.close().await;
 
-    // Ids and splits.
-    let existing_ids: BTreeSet<String> = existing
-        .as_ref()
-        .map(|s| s.tasks.iter().map(|t| t.id.clone()).collect())
-        .unwrap_or_default();
-    let mut existing_counts: BTreeMap<Option<String>, split::Counts> = BTreeMap::new();
-    if let Some(s) = &existing {
-        for t in &s.tasks {
-            *existing_counts
-                .entry(t.owner.clone())
-                .or_default()
-                .entry(t.split)
-                .or_default() += 1;
-        }
-    }
-    let owners: Vec<Option<String>> = verified.iter().map(|v| v.owner.clone()).collect();
-    let splits = split::assign(&owners, &existing_counts, cfg.seed);
-    let mut used = existing_ids;
-    let kept: Vec<Kept> = verified
-        .into_iter()
-        .zip(splits)
-        .map(|(mut k, s)| {
-            k.split = s;
-            k.id = unique_id(&k, &mut used);
-            k
-        })
-        .collect();
+    let kept = finish::ids_and_splits(verified, existing.as_ref(), cfg.seed);
 
     // 4. Write.
     p.stage = "writing";
     progress(&p);
-    let review_md = cfg.out.with_extension("review.md");
-    let review_html = cfg.out.with_extension("review.html");
+    let (review_md, review_html) = finish::review_paths(&cfg.out);
     let mut outcome = DraftOutcome {
         suite: None,
         review_md: review_md.clone(),
-        review_html: review_html.clone(),
+        review_html,
         model: model.id(),
         tools: tool_names.iter().map(|n| (n.clone(), access[n])).collect(),
         explored,
         existing: existing.as_ref().map_or(0, |s| s.tasks.len()),
         kept,
         dropped,
+        earlier: existing.as_ref().map(finish::earlier).unwrap_or_default(),
+        traces: None,
         stopped,
         seconds: 0.0,
     };
-    if !outcome.kept.is_empty() {
-        let text = suite_text(
-            cfg,
-            &outcome,
-            &tool_names,
-            protocol.as_deref(),
-            fixture.as_ref(),
-        )?;
-        // Read back before writing: a file the loader refuses is never written.
-        Suite::parse(&cfg.out, &text).map_err(|e| {
-            DraftError::Internal(format!(
-                "the drafted suite does not load ({e}); this is a bug in suite draft"
-            ))
-        })?;
-        write::atomically(&cfg.out, &text)?;
-        outcome.suite = Some(cfg.out.clone());
-    }
     outcome.seconds = started.elapsed().as_secs_f64();
-    let title = cfg.name.clone().unwrap_or_else(|| file_stem(&cfg.out));
-    write::atomically(&review_md, &crate::review::markdown(&title, &outcome))?;
-    write::atomically(&review_html, &crate::review::html(&title, &outcome))?;
+    let file = SuiteFile {
+        out: &cfg.out,
+        name: cfg.name.as_deref(),
+        server: Some(&cfg.server),
+        fixture: fixture.as_ref(),
+        protocol: protocol.as_deref(),
+        tools: &tool_names,
+        existing: existing.as_ref(),
+        opening: OPENING,
+        description: format!(
+            "Drafted by tooltune suite draft with {} ({} tasks kept of {} drafted).",
+            outcome.model,
+            outcome.kept.len(),
+            outcome.drafted()
+        ),
+        appended: format!(
+            "{} more tasks drafted by `tooltune suite draft --more` with {}",
+            outcome.kept.len(),
+            outcome.model
+        ),
+    };
+    finish::write_files(&file, &mut outcome)?;
     if outcome.kept.is_empty() {
         return Err(DraftError::NothingKept {
             reasons: outcome
@@ -552,96 +222,13 @@ pub async fn draft(
     Ok(outcome)
 }
 
-fn file_stem(p: &Path) -> String {
-    p.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "drafted".into())
-}
+/// The opening comment of a drafted suite (`{review}`: the review page's file name).
+const OPENING: &str = "Drafted by `tooltune suite draft` from the server alone: requests a model wrote after exploring the
+server, each verified there with a reference call. Read {review} before using it; edit or delete tasks freely
+(provenance is informational). `tooltune suite check` re-runs the reference calls. Format:
+docs/suite-format.md.";
 
-/// The spec drafting starts servers with. With a fixture the server runs in its copy (`cwd = ${FIXTURE_DIR}`, as
-/// the written suite says, so relative paths in tool results mean the same in eval), and arguments that name
-/// existing paths are made absolute first, since they were given relative to where tooltune runs.
-fn effective_spec(spec: &ServerSpec, fixture: bool) -> ServerSpec {
-    let mut out = spec.clone();
-    if let (
-        true,
-        Transport::Stdio {
-            command, args, cwd, ..
-        },
-    ) = (fixture, &mut out.transport)
-    {
-        let abs = |w: &mut String| {
-            if !w.contains("${")
-                && w.contains('/')
-                && let Ok(p) = Path::new(w.as_str()).canonicalize()
-            {
-                *w = p.to_string_lossy().into_owned();
-            }
-        };
-        abs(command);
-        args.iter_mut().for_each(abs);
-        if cwd.is_none() {
-            *cwd = Some(PathBuf::from(tooltune_evaluator::fixture::FIXTURE_VAR));
-        }
-    }
-    out
-}
-
-/// The live server, or the fixture copy the read-only calls share.
-enum Main {
-    Live(McpServer),
-    Copy(Workspace),
-}
-
-impl Main {
-    async fn open(spec: &ServerSpec, fixture: Option<&Fixture>) -> Result<Main, DraftError> {
-        match fixture {
-            None => McpServer::connect(spec.clone())
-                .await
-                .map(Main::Live)
-                .map_err(|e| start_error(spec, e)),
-            Some(f) => Workspace::open(f, spec, None)
-                .await
-                .map(Main::Copy)
-                .map_err(|e| start_error(spec, e)),
-        }
-    }
-
-    fn server(&self) -> &McpServer {
-        match self {
-            Main::Live(s) => s,
-            Main::Copy(w) => &w.server,
-        }
-    }
-
-    async fn close(self) {
-        match self {
-            Main::Live(s) => s.shutdown().await,
-            Main::Copy(w) => w.close().await,
-        }
-    }
-}
-
-/// The command line of a spec, for messages.
-pub fn command_line(spec: &ServerSpec) -> String {
-    match &spec.transport {
-        Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
-            .chain(args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-        Transport::Http { url, .. } => url.clone(),
-        Transport::Catalog { tools } => format!("a catalog of {} declared tools", tools.len()),
-    }
-}
-
-fn start_error(spec: &ServerSpec, e: EvalError) -> DraftError {
-    DraftError::ServerStart {
-        command: command_line(spec),
-        message: e.to_string(),
-    }
-}
-
-fn cut_result(text: &str, max: usize) -> String {
+pub(crate) fn cut_result(text: &str, max: usize) -> String {
     tools::cut(text.trim(), max)
 }
 
@@ -888,7 +475,7 @@ async fn draft_requests(
                         LineRejection::NamesTheTool(t) => format!("names the tool `{t}`"),
                         LineRejection::LooksLikeCode => "code or JSON, not a request".into(),
                     },
-                    reference: None,
+                    reference: Vec::new(),
                     result_start: None,
                 });
             }
@@ -900,7 +487,7 @@ async fn draft_requests(
                         kind: kind.clone(),
                         reason: DropReason::Malformed,
                         detail: "copies the prompt's example".into(),
-                        reference: None,
+                        reference: Vec::new(),
                         result_start: None,
                     });
                     continue;
@@ -912,7 +499,7 @@ async fn draft_requests(
                         kind: kind.clone(),
                         reason: DropReason::Duplicate,
                         detail: "repeats a request already drafted or in the suite".into(),
-                        reference: None,
+                        reference: Vec::new(),
                         result_start: None,
                     });
                     continue;
@@ -936,7 +523,7 @@ async fn draft_requests(
             kind: Kind::NoTool,
             reason: DropReason::Malformed,
             detail: "no numbered list in the reply".into(),
-            reference: None,
+            reference: Vec::new(),
             result_start: None,
         });
     }
@@ -951,13 +538,9 @@ fn salt_of(s: &str) -> u64 {
 }
 
 struct VerifyCtx<'a> {
-    cfg: &'a DraftConfig,
-    spec: &'a ServerSpec,
+    calls: Calls<'a>,
     model: &'a dyn ChatModel,
-    main: &'a McpServer,
-    fixture: Option<&'a Fixture>,
     tools: &'a [ToolSpec],
-    access: &'a BTreeMap<String, Access>,
     observations: &'a [&'a Observation],
 }
 
@@ -990,7 +573,7 @@ async fn verify(
         kind: c.kind.clone(),
         reason,
         detail,
-        reference: call,
+        reference: call.into_iter().collect(),
         result_start: result.map(|r| cut_result(r, RESULT_IN_REVIEW)),
     };
     let by_name: BTreeMap<&str, &ToolSpec> =
@@ -1025,10 +608,12 @@ async fn verify(
                 owner: None,
                 kind: c.kind,
                 check: TaskCheck::Routing("no tool serves it: not run on the server".into()),
-                reference: None,
+                reference: Vec::new(),
                 result_start: None,
                 digest: None,
-                model: model_id.clone(),
+                origin: Origin::Drafted {
+                    model: model_id.clone(),
+                },
             });
             p.done += 1;
         }
@@ -1078,7 +663,7 @@ async fn verify(
                 p.done += 1;
                 continue;
             };
-            match run_twice(ctx, &call).await {
+            match ctx.calls.run_twice(&call).await {
                 Ok((result, again)) => ran.push(Ran {
                     c,
                     call,
@@ -1123,7 +708,7 @@ async fn verify(
                 continue;
             }
             let owner = r.c.owner.clone().unwrap_or_default();
-            let check = if ctx.access[&owner].explorable() {
+            let check = if ctx.calls.access[&owner].explorable() {
                 match parse::answer_check(v.value.as_deref(), &r.result, &r.again) {
                     Ok(c) => TaskCheck::Answer(c),
                     Err(why) => TaskCheck::Routing(routing_reason(&why, v.value.as_deref())),
@@ -1138,10 +723,12 @@ async fn verify(
                 owner: r.c.owner,
                 kind: r.c.kind,
                 check,
-                reference: Some(r.call),
+                reference: vec![r.call],
                 result_start: Some(cut_result(&r.result, RESULT_IN_REVIEW)),
                 digest: Some(digest),
-                model: model_id.clone(),
+                origin: Origin::Drafted {
+                    model: model_id.clone(),
+                },
             });
         }
         progress(p);
@@ -1153,83 +740,6 @@ fn routing_reason(why: &NoCheck, value: Option<&str>) -> String {
     match value {
         Some(v) => format!("{} ({:?})", why.describe(), tools::cut(v, 60)),
         None => why.describe().to_string(),
-    }
-}
-
-type CallFailure = (DropReason, String, Option<String>);
-
-/// Runs a reference call twice (on the shared server for a read-only tool, on two fresh fixture copies for one that
-/// may write); the two result texts, or why the call failed.
-async fn run_twice(
-    ctx: &VerifyCtx<'_>,
-    call: &ReferenceCall,
-) -> Result<(String, String), CallFailure> {
-    let access = ctx.access[&call.tool];
-    if access.explorable() || ctx.fixture.is_none() {
-        if access == Access::Writes && ctx.fixture.is_none() {
-            return Err((
-                DropReason::WritesWithoutFixture,
-                format!(
-                    "`{}` declares that it writes and no --fixture was given, so it was not called",
-                    call.tool
-                ),
-                None,
-            ));
-        }
-        let a = run_one(ctx, ctx.main, call).await?;
-        let b = run_one(ctx, ctx.main, call).await?;
-        return Ok((a, b));
-    }
-    let Some(f) = ctx.fixture else {
-        return Err((DropReason::ServerFailed, "no fixture".into(), None));
-    };
-    let mut out = Vec::new();
-    for _ in 0..2 {
-        let w = Workspace::open(f, ctx.spec, None)
-            .await
-            .map_err(|e| (DropReason::ServerFailed, e.to_string(), None))?;
-        let r = run_one(ctx, &w.server, call).await;
-        w.close().await;
-        out.push(r?);
-    }
-    let b = out.pop().unwrap_or_default();
-    let a = out.pop().unwrap_or_default();
-    Ok((a, b))
-}
-
-async fn run_one(
-    ctx: &VerifyCtx<'_>,
-    server: &McpServer,
-    call: &ReferenceCall,
-) -> Result<String, CallFailure> {
-    match server
-        .call_tool(&call.tool, call.arguments.clone(), ctx.cfg.call_timeout)
-        .await
-    {
-        Ok(o) if o.is_error => Err((
-            DropReason::ToolError,
-            format!("`{}` answered with an error", call.tool),
-            Some(o.content_text),
-        )),
-        Ok(o) if o.content_text.trim().is_empty() => Err((
-            DropReason::EmptyResult,
-            format!("`{}` returned nothing", call.tool),
-            None,
-        )),
-        Ok(o) => Ok(o.content_text),
-        Err(e @ EvalError::Timeout { .. }) => {
-            let _ = server.ensure_connected().await;
-            Err((
-                DropReason::Timeout,
-                format!("{e}; raise --call-timeout if the tool is slow"),
-                None,
-            ))
-        }
-        Err(e @ EvalError::ToolRejected { .. }) => Err((DropReason::Rejected, e.to_string(), None)),
-        Err(e) => {
-            let _ = server.ensure_connected().await;
-            Err((DropReason::ServerFailed, e.to_string(), None))
-        }
     }
 }
 
@@ -1284,155 +794,9 @@ async fn verdicts(ctx: &VerifyCtx<'_>, ran: &[Ran]) -> Vec<Option<parse::Verdict
 }
 
 /// An id from the owner and the request's first words, unique among `used` (which it joins).
-fn unique_id(k: &Kept, used: &mut BTreeSet<String>) -> String {
-    let prefix = match (&k.owner, &k.kind) {
-        (None, _) => "no-tool".to_string(),
-        (Some(o), Kind::Confusable { against }) => format!("{o}-not-{against}"),
-        (Some(o), _) => o.clone(),
-    };
-    let words: Vec<String> = parse::normalise(&k.prompt)
-        .split(' ')
-        .filter(|w| {
-            w.len() > 2
-                && ![
-                    "the", "and", "what", "for", "are", "can", "you", "how", "please", "with",
-                ]
-                .contains(w)
-        })
-        .take(4)
-        .map(str::to_string)
-        .collect();
-    let base: String = format!("{prefix}-{}", words.join("-"))
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '-' || c == '_' {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let base = base.trim_end_matches('-').to_string();
-    let mut id = base.clone();
-    let mut n = 2;
-    while used.contains(&id) {
-        id = format!("{base}-{n}");
-        n += 1;
-    }
-    used.insert(id.clone());
-    id
-}
-
-fn suite_text(
-    cfg: &DraftConfig,
-    o: &DraftOutcome,
-    tool_names: &[String],
-    protocol: Option<&str>,
-    fixture: Option<&Fixture>,
-) -> Result<String, DraftError> {
-    let mut text = if cfg.more {
-        let mut t = std::fs::read_to_string(&cfg.out).map_err(|e| DraftError::Write {
-            path: cfg.out.clone(),
-            message: e.to_string(),
-        })?;
-        if !t.ends_with('\n') {
-            t.push('\n');
-        }
-        t.push_str(&format!(
-            "\n# ---- {} more tasks drafted by `tooltune suite draft --more` with {} ----\n",
-            o.kept.len(),
-            o.model
-        ));
-        t
-    } else {
-        let suite_dir = cfg
-            .out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
-        std::fs::create_dir_all(&suite_dir).map_err(|e| DraftError::Write {
-            path: suite_dir.clone(),
-            message: e.to_string(),
-        })?;
-        let bin = tooltune_evaluator::suite::bin_dir();
-        let third = tooltune_evaluator::suite::third_party_dir(&suite_dir);
-        let port = |w: &str| write::portable(w, &suite_dir, &bin, &third);
-        let (command, args, url) = match &cfg.server.transport {
-            Transport::Stdio { command, args, .. } => (
-                Some(port(command.as_str())),
-                args.iter().map(|a| port(a.as_str())).collect::<Vec<_>>(),
-                None,
-            ),
-            Transport::Http { url, .. } => (None, Vec::new(), Some(url.clone())),
-            // Drafting explores a running server; a catalog never reaches here (refused at start).
-            Transport::Catalog { .. } => (None, Vec::new(), None),
-        };
-        let fixture_path = fixture.map(|f| {
-            suite_dir
-                .canonicalize()
-                .map(|base| write::relative(&f.source, &base).display().to_string())
-                .unwrap_or_else(|_| f.source.display().to_string())
-        });
-        let name = cfg.name.clone().unwrap_or_else(|| file_stem(&cfg.out));
-        let review = o
-            .review_md
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        write::header(&write::Header {
-            name: &name,
-            description: &format!(
-                "Drafted by tooltune suite draft with {} ({} tasks kept of {} drafted).",
-                o.model,
-                o.kept.len(),
-                o.drafted()
-            ),
-            tools: tool_names,
-            fixture: fixture_path.as_deref(),
-            command: command.as_deref().map(|c| (c, args.as_slice())),
-            url: url.as_deref(),
-            protocol,
-            review: &review,
-        })
-    };
-    for k in &o.kept {
-        text.push_str(&write::task(k, tool_names));
-    }
-    Ok(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kept(owner: Option<&str>, prompt: &str) -> Kept {
-        Kept {
-            id: String::new(),
-            prompt: prompt.into(),
-            split: Split::Train,
-            owner: owner.map(str::to_string),
-            kind: Kind::Tool,
-            check: TaskCheck::Routing("x".into()),
-            reference: None,
-            result_start: None,
-            digest: None,
-            model: "fake".into(),
-        }
-    }
-
-    #[test]
-    fn ids_come_from_owner_and_words_and_are_unique() {
-        let mut used = BTreeSet::from(["read_file-notes-txt-file".to_string()]);
-        let a = unique_id(
-            &kept(Some("read_file"), "What's in the notes.txt file?"),
-            &mut used,
-        );
-        assert_eq!(a, "read_file-notes-txt-file-2");
-        let b = unique_id(&kept(None, "Tell me a joke about cats"), &mut used);
-        assert_eq!(b, "no-tool-tell-joke-about-cats");
-        assert!(!b.contains(char::is_whitespace));
-    }
 
     #[test]
     fn arguments_read_as_pairs() {

@@ -1,23 +1,34 @@
-//! Task suites for servers nobody wrote tasks for (`tooltune suite draft`), and the check that a suite's tasks are
-//! still solvable on its server (`tooltune suite check`).
+//! Task suites for servers nobody wrote tasks for (`tooltune suite draft`) or from logged runs (`tooltune suite
+//! from-traces`), and the check that a suite's tasks are still solvable on its server (`tooltune suite check`).
 //!
 //! Drafting explores the server with its read-only tools, has a model write requests a user would type from what
 //! each tool is and returned (more than from its description, which a later optimisation rewrites), verifies every
 //! request on the real server with a reference call the model writes, and writes the suite (atomically) with a
-//! review page. The stages are in [`draft`]; the pure parts in [`tools`] (access, parameters, confusable pairs),
-//! [`parse`] (model replies, answer checks), [`split`] (stratified splits), [`write`] (TOML) and [`review`].
+//! review page. The stages are in [`draft`], the server side they share with `from-traces` in `server` (start,
+//! list, run a reference call twice), the last stage in `finish` (ids, splits, the file and its review pages), the
+//! data in [`outcome`]. From logs: [`traces`] (pure: merge repeats, owner, reference call, answer check) and
+//! [`from_traces`]. The other pure parts: [`tools`] (access, parameters, confusable pairs), [`parse`] (model replies,
+//! answer checks), [`split`] (stratified splits), [`write`] (TOML) and [`review`].
 
 pub mod check;
 pub mod draft;
+mod finish;
+pub mod from_traces;
+pub mod outcome;
 pub mod parse;
 pub mod prompt;
 pub mod review;
+mod server;
 pub mod split;
 pub mod tools;
+pub mod traces;
 pub mod write;
 
 pub use check::{CheckReport, Finding, Problem, check_suite};
-pub use draft::{Counts, DraftConfig, DraftOutcome, Progress, draft};
+pub use draft::draft;
+pub use from_traces::{FromTracesConfig, from_traces};
+pub use outcome::{Counts, DraftConfig, DraftOutcome, Progress};
+pub use traces::LoggedRun;
 
 use std::path::PathBuf;
 
@@ -55,10 +66,10 @@ pub enum DraftError {
         /// The start of what it wrote.
         sample: String,
     },
-    /// Every drafted task was dropped during verification.
+    /// Every drafted (or logged) task was dropped during verification.
     #[error(
-        "no drafted task survived verification ({reasons}); first: {first}\n  the suite was not written; the \
-         reasons per task are in {}",
+        "no task survived verification ({reasons}); first: {first}\n  the suite was not written; the reasons per \
+         task are in {}",
         review.display()
     )]
     NothingKept {
@@ -68,6 +79,15 @@ pub enum DraftError {
         first: String,
         /// The review page.
         review: PathBuf,
+    },
+    /// `suite from-traces` found no logged run (or no request) to make tasks from.
+    #[error(
+        "no logged run to make tasks from ({filters}); no suite was written\n  ingest logs first (`tooltune ingest \
+         FILE`), or widen --tool, --since, --until or --label-source"
+    )]
+    NoLoggedRuns {
+        /// The filters in effect, in words.
+        filters: String,
     },
     /// Drafting was stopped (Ctrl-C) before any task was verified.
     #[error("stopped before any task was verified; no suite was written")]

@@ -176,6 +176,18 @@ pub enum Check {
     Contains(String),
 }
 
+impl Check {
+    /// The tolerance an `answer.number` check is written with: none for a whole number, a millionth of it for
+    /// one with a fraction, since a tool's floating-point result prints with noise (`2350 * 0.17` is
+    /// `399.50000000000006`) that an agent rounds away.
+    pub fn tolerance(&self) -> f64 {
+        match self {
+            Check::Number(n) if n.fract() != 0.0 => n.abs() * 1e-6,
+            _ => 0.0,
+        }
+    }
+}
+
 /// Why a value did not become an answer check (the task is then routing-only).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoCheck {

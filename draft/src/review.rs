@@ -2,9 +2,10 @@
 //! summary, then the kept tasks grouped by tool (request, split, check, reference call, start of its result),
 //! then the dropped ones with their reasons. Meant to be read in five minutes before the suite is used.
 
-use crate::draft::{DraftOutcome, Dropped, Kept, TaskCheck};
+use crate::outcome::{DraftOutcome, Dropped, Kept, Kind, Origin, TaskCheck};
 use crate::parse::Check;
 use std::collections::BTreeMap;
+use tooltune_core::text::escape_html;
 
 fn check_text(c: &TaskCheck) -> String {
     match c {
@@ -14,19 +15,25 @@ fn check_text(c: &TaskCheck) -> String {
     }
 }
 
-fn call_text(k: Option<&tooltune_evaluator::ReferenceCall>) -> String {
-    k.map(|c| format!("{}({})", c.tool, c.arguments))
-        .unwrap_or_else(|| "none".into())
+fn call_text(k: &[tooltune_evaluator::ReferenceCall]) -> String {
+    if k.is_empty() {
+        return "none".into();
+    }
+    k.iter()
+        .map(|c| format!("{}({})", c.tool, c.arguments))
+        .collect::<Vec<_>>()
+        .join(", then ")
 }
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Groups kept tasks by owner (no owner last).
+/// Groups the file's tasks by owner (no owner last): the ones the suite held before (`--more`) first in each
+/// group, then the new ones.
 fn groups(o: &DraftOutcome) -> Vec<(String, Vec<&Kept>)> {
     let mut m: BTreeMap<(bool, String), Vec<&Kept>> = BTreeMap::new();
-    for k in &o.kept {
+    for k in o.earlier.iter().chain(&o.kept) {
         let key = match &k.owner {
             Some(t) => (false, t.clone()),
             None => (true, "no tool (answer directly)".to_string()),
@@ -36,6 +43,37 @@ fn groups(o: &DraftOutcome) -> Vec<(String, Vec<&Kept>)> {
     m.into_iter().map(|((_, t), v)| (t, v)).collect()
 }
 
+/// The tool a dropped task was for: a request from logs whose owner could not be read has none and is not a
+/// no-tool request.
+fn dropped_for(d: &Dropped) -> &str {
+    match (&d.owner, &d.kind) {
+        (Some(o), _) => o,
+        (None, Kind::NoTool) => "no tool",
+        (None, _) => "owner unknown",
+    }
+}
+
+/// What the page reviews.
+fn what(o: &DraftOutcome) -> &'static str {
+    if o.traces.is_some() {
+        "Suite from logs"
+    } else {
+        "Drafted suite"
+    }
+}
+
+/// Where a task came from, after its split and kind.
+fn origin_text(k: &Kept) -> &'static str {
+    match &k.origin {
+        Origin::Drafted { .. } => "",
+        Origin::Logged { verified: true, .. } => ", from logs, verified",
+        Origin::Logged {
+            verified: false, ..
+        } => ", from logs, not verified",
+        Origin::Earlier => ", earlier",
+    }
+}
+
 fn summary_lines(o: &DraftOutcome) -> Vec<String> {
     let reasons = o
         .dropped_by_reason()
@@ -43,8 +81,22 @@ fn summary_lines(o: &DraftOutcome) -> Vec<String> {
         .map(|(r, n)| format!("{n} {r}"))
         .collect::<Vec<_>>()
         .join(", ");
+    let made = match &o.traces {
+        None => format!("Drafted with {} in {:.0} s.", o.model, o.seconds),
+        Some(t) => format!(
+            "Made by suite from-traces from {} logged runs ({} distinct requests) in {:.0} s; {}.",
+            t.trajectories,
+            t.requests,
+            o.seconds,
+            if t.verified {
+                "each task's logged calls were run on the server"
+            } else {
+                "no server was given: the reference calls were not run (unverified)"
+            }
+        ),
+    };
     vec![
-        format!("Drafted with {} in {:.0} s.", o.model, o.seconds),
+        made,
         format!(
             "Tools: {}.",
             o.tools
@@ -53,9 +105,18 @@ fn summary_lines(o: &DraftOutcome) -> Vec<String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        format!("Exploration calls: {}.", o.explored.len()),
+        if o.traces.is_some() {
+            String::new()
+        } else {
+            format!("Exploration calls: {}.", o.explored.len())
+        },
         format!(
-            "Requests drafted: {}; kept {} ({} with an answer check, {} routing only); dropped {}{}.",
+            "Requests {}: {}; kept {} ({} with an answer check, {} routing only); dropped {}{}.",
+            if o.traces.is_some() {
+                "logged"
+            } else {
+                "drafted"
+            },
             o.drafted(),
             o.kept.len(),
             o.answer_checked(),
@@ -68,7 +129,11 @@ fn summary_lines(o: &DraftOutcome) -> Vec<String> {
             }
         ),
         if o.existing > 0 {
-            format!("The suite held {} tasks before; they are not shown.", o.existing)
+            format!(
+                "The suite held {} tasks before; they are listed with the new ones, marked earlier (their reference \
+                 calls were not run again).",
+                o.existing
+            )
         } else {
             String::new()
         },
@@ -86,7 +151,7 @@ fn summary_lines(o: &DraftOutcome) -> Vec<String> {
 /// The review page as Markdown.
 pub fn markdown(title: &str, o: &DraftOutcome) -> String {
     let code = |s: &str| format!("`{}`", one_line(s).replace('`', "'"));
-    let mut s = format!("# Drafted suite `{title}`: review\n\n");
+    let mut s = format!("# {} `{title}`: review\n\n", what(o));
     for l in summary_lines(o) {
         s.push_str(&format!("{l}  \n"));
     }
@@ -94,17 +159,18 @@ pub fn markdown(title: &str, o: &DraftOutcome) -> String {
         s.push_str(&format!("\n## {tool} ({} tasks)\n\n", tasks.len()));
         for k in tasks {
             s.push_str(&format!(
-                "- **{}** ({}, {}): {}\n",
+                "- **{}** ({}, {}{}): {}\n",
                 k.id,
                 k.split,
                 k.kind.name(),
+                origin_text(k),
                 one_line(&k.prompt)
             ));
             s.push_str(&format!("  - check: {}\n", check_text(&k.check)));
-            if k.reference.is_some() {
+            if !k.reference.is_empty() {
                 s.push_str(&format!(
                     "  - reference: {}\n",
-                    code(&call_text(k.reference.as_ref()))
+                    code(&call_text(&k.reference))
                 ));
             }
             if let Some(r) = &k.result_start {
@@ -125,15 +191,15 @@ fn dropped_md(d: &Dropped, code: &dyn Fn(&str) -> String) -> String {
     let mut s = format!(
         "- {} (for {}, {}): **{}**: {}\n",
         one_line(&d.prompt),
-        d.owner.as_deref().unwrap_or("no tool"),
+        dropped_for(d),
         d.kind.name(),
         d.reason.key(),
         one_line(&d.detail)
     );
-    if d.reference.is_some() {
+    if !d.reference.is_empty() {
         s.push_str(&format!(
             "  - reference: {}\n",
-            code(&call_text(d.reference.as_ref()))
+            code(&call_text(&d.reference))
         ));
     }
     if let Some(r) = &d.result_start {
@@ -142,33 +208,18 @@ fn dropped_md(d: &Dropped, code: &dyn Fn(&str) -> String) -> String {
     s
 }
 
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The review page as a self-contained HTML file.
 pub fn html(title: &str, o: &DraftOutcome) -> String {
-    let e = escape;
+    let e = escape_html;
     let mut s = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Drafted suite {t}: review</title>\n\
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{w} {t}: review</title>\n\
          <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.4}}\
          table{{border-collapse:collapse;width:100%;margin-bottom:1.5rem}}td,th{{border:1px solid #ccc;padding:.3rem .5rem;\
          vertical-align:top;text-align:left}}code{{font-size:.85em;white-space:pre-wrap;word-break:break-word}}\
          .answer{{color:#064}}.routing{{color:#555}}.reason{{color:#a00}}</style></head><body>\n\
-         <h1>Drafted suite <code>{t}</code>: review</h1>\n",
-        t = e(title)
+         <h1>{w} <code>{t}</code>: review</h1>\n",
+        t = e(title),
+        w = what(o)
     );
     for l in summary_lines(o) {
         s.push_str(&format!("<p>{}</p>\n", e(&l)));
@@ -187,14 +238,15 @@ pub fn html(title: &str, o: &DraftOutcome) -> String {
                 "routing"
             };
             s.push_str(&format!(
-                "<tr><td><code>{}</code><br>{}, {}</td><td>{}</td><td class=\"{class}\">{}</td><td><code>{}</code></td>\
+                "<tr><td><code>{}</code><br>{}, {}{}</td><td>{}</td><td class=\"{class}\">{}</td><td><code>{}</code></td>\
                  <td><code>{}</code></td></tr>\n",
                 e(&k.id),
                 e(&k.split.to_string()),
                 e(k.kind.name()),
+                e(origin_text(k)),
                 e(&k.prompt),
                 e(&check_text(&k.check)),
-                e(&call_text(k.reference.as_ref())),
+                e(&call_text(&k.reference)),
                 e(k.result_start.as_deref().unwrap_or(""))
             ));
         }
@@ -211,11 +263,11 @@ pub fn html(title: &str, o: &DraftOutcome) -> String {
                 "<tr><td>{}</td><td>{}<br>{}</td><td class=\"reason\">{}: {}</td><td><code>{}</code></td>\
                  <td><code>{}</code></td></tr>\n",
                 e(&d.prompt),
-                e(d.owner.as_deref().unwrap_or("no tool")),
+                e(dropped_for(d)),
                 e(d.kind.name()),
                 e(&d.reason.key()),
                 e(&d.detail),
-                e(&call_text(d.reference.as_ref())),
+                e(&call_text(&d.reference)),
                 e(d.result_start.as_deref().unwrap_or(""))
             ));
         }
@@ -228,7 +280,7 @@ pub fn html(title: &str, o: &DraftOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draft::{DropReason, Kind};
+    use crate::outcome::DropReason;
     use crate::tools::Access;
     use tooltune_evaluator::{ReferenceCall, Split};
 
@@ -248,13 +300,15 @@ mod tests {
                 owner: Some("read_file".into()),
                 kind: Kind::Tool,
                 check: TaskCheck::Answer(Check::Contains("Joon Lee".into())),
-                reference: Some(ReferenceCall {
+                reference: vec![ReferenceCall {
                     tool: "read_file".into(),
                     arguments: serde_json::json!({"path": "team.txt"}),
-                }),
+                }],
                 result_start: Some("Joon Lee <script>alert(1)</script>".into()),
                 digest: None,
-                model: "fake-model".into(),
+                origin: Origin::Drafted {
+                    model: "fake-model".into(),
+                },
             }],
             dropped: vec![Dropped {
                 prompt: "Read the moon file".into(),
@@ -262,9 +316,11 @@ mod tests {
                 kind: Kind::Tool,
                 reason: DropReason::ToolError,
                 detail: "`read_file` answered with an error".into(),
-                reference: None,
+                reference: Vec::new(),
                 result_start: Some("no such file".into()),
             }],
+            earlier: Vec::new(),
+            traces: None,
             stopped: false,
             seconds: 12.0,
         }
@@ -291,5 +347,37 @@ mod tests {
         assert!(m.contains("answer: mentions \"Joon Lee\""), "{m}");
         assert!(m.contains("`read_file({\"path\":\"team.txt\"})`"), "{m}");
         assert!(m.contains("1 with an answer check, 0 routing only"), "{m}");
+        // A request from logs whose owner could not be read is not called a no-tool request.
+        let mut o = outcome();
+        o.dropped[0].owner = None;
+        o.dropped[0].reason = DropReason::NoSuccessfulRun;
+        let m = markdown("demo", &o);
+        assert!(
+            m.contains("(for owner unknown, tool): **no-successful-run**"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn the_tasks_written_before_are_listed_with_the_new_ones() {
+        let mut o = outcome();
+        let mut old = o.kept[0].clone();
+        old.id = "read_file-older-task".into();
+        old.prompt = "Which file holds the team list?".into();
+        old.origin = Origin::Earlier;
+        old.result_start = None;
+        o.earlier = vec![old];
+        o.existing = 1;
+        let m = markdown("demo", &o);
+        let older = m.find("read_file-older-task").expect("earlier task listed");
+        let newer = m.find("read_file-team").expect("new task listed");
+        assert!(older < newer, "{m}");
+        assert!(m.contains("## read_file (2 tasks)"), "{m}");
+        assert!(m.contains("(test, tool, earlier)"), "{m}");
+        let h = html("demo", &o);
+        assert!(
+            h.contains("read_file-older-task") && h.contains("<h2>read_file (2 tasks)</h2>"),
+            "{h}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! or not written).
 
 use crate::DraftError;
-use crate::draft::{Kept, TaskCheck};
+use crate::outcome::{Kept, Origin, TaskCheck};
 use crate::parse::Check;
 use serde_json::Value;
 use std::io::Write;
@@ -70,6 +70,8 @@ fn list(items: &[String]) -> String {
 
 /// The header of a new suite: name, tools under study, fixture and server.
 pub struct Header<'a> {
+    /// The opening comment (how the file was made and what to read first), one or more lines without `#`.
+    pub opening: &'a str,
     /// The suite's name.
     pub name: &'a str,
     /// Free text for `description`.
@@ -82,22 +84,17 @@ pub struct Header<'a> {
     pub command: Option<(&'a str, &'a [String])>,
     /// The Streamable HTTP endpoint.
     pub url: Option<&'a str>,
-    /// The protocol revision that worked, so eval goes straight to it.
+    /// The protocol revision that worked, so eval goes straight to it. Without `command` and `url` (no server
+    /// was given), a placeholder command is written with a comment saying to replace it.
     pub protocol: Option<&'a str>,
-    /// The review page beside the suite, named in the opening comment.
-    pub review: &'a str,
 }
 
 /// The header's TOML.
 pub fn header(h: &Header) -> String {
     let mut s = String::new();
-    s.push_str(&format!(
-        "# Drafted by `tooltune suite draft` from the server alone: requests a model wrote after exploring the\n\
-         # server, each verified there with a reference call. Read {} before using it; edit or delete tasks freely\n\
-         # (provenance is informational). `tooltune suite check` re-runs the reference calls. Format:\n\
-         # docs/suite-format.md.\n",
-        h.review
-    ));
+    for line in h.opening.lines() {
+        s.push_str(&format!("# {line}\n").replace("# \n", "#\n"));
+    }
     s.push_str(&format!("name = {}\n", string(h.name)));
     s.push_str(&format!("description = {}\n", string(h.description)));
     s.push_str(&format!("tools_under_study = {}\n", list(h.tools)));
@@ -116,6 +113,14 @@ pub fn header(h: &Header) -> String {
     if let Some(u) = h.url {
         s.push_str(&format!("url = {}\n", string(u)));
     }
+    if h.command.is_none() && h.url.is_none() {
+        // The loader needs a server; a placeholder that says what it is fails loudly when started.
+        s.push_str(
+            "# No server was given when this file was made: replace the command below with the one that starts the\n\
+             # server the logs came from (or set url), then run `tooltune suite check` on this file.\n",
+        );
+        s.push_str("command = \"replace-with-the-server-command\"\n");
+    }
     if let Some(p) = h.protocol {
         s.push_str(&format!("protocol = {}\n", string(p)));
     }
@@ -133,7 +138,12 @@ pub fn task(t: &Kept, all_tools: &[String]) -> String {
     }
     if let TaskCheck::Answer(c) = &t.check {
         match c {
-            Check::Number(n) => s.push_str(&format!("answer.number = {}\n", number(*n))),
+            Check::Number(n) => {
+                s.push_str(&format!("answer.number = {}\n", number(*n)));
+                if c.tolerance() > 0.0 {
+                    s.push_str(&format!("answer.tolerance = {:?}\n", c.tolerance()));
+                }
+            }
             Check::Contains(v) => s.push_str(&format!("answer.contains = {}\n", string(v))),
         }
     }
@@ -144,18 +154,33 @@ pub fn task(t: &Kept, all_tools: &[String]) -> String {
         )),
         None => s.push_str(&format!("forbid_tools = {}\n", list(all_tools))),
     }
-    if let Some(r) = &t.reference {
-        s.push_str(&format!(
-            "reference = [\n  {{ tool = {}, arguments = {} }},\n]\n",
-            string(&r.tool),
-            inline(&r.arguments)
-        ));
+    if !t.reference.is_empty() {
+        s.push_str("reference = [\n");
+        for r in &t.reference {
+            s.push_str(&format!(
+                "  {{ tool = {}, arguments = {} }},\n",
+                string(&r.tool),
+                inline(&r.arguments)
+            ));
+        }
+        s.push_str("]\n");
     }
-    let mut prov = vec![
-        "drafted = true".to_string(),
-        format!("model = {}", string(&t.model)),
-        format!("kind = {}", string(t.kind.name())),
-    ];
+    let mut prov = match &t.origin {
+        Origin::Drafted { model } => vec![
+            "drafted = true".to_string(),
+            format!("model = {}", string(model)),
+        ],
+        Origin::Logged {
+            trajectories,
+            verified,
+        } => vec![
+            "from_traces = true".to_string(),
+            format!("verified = {verified}"),
+            format!("trajectories = {}", list(trajectories)),
+        ],
+        Origin::Earlier => Vec::new(),
+    };
+    prov.push(format!("kind = {}", string(t.kind.name())));
     if let Some(a) = t.kind.against() {
         prov.push(format!("against = {}", string(a)));
     }

@@ -371,6 +371,21 @@ async fn scripted_draft_on_week01_keeps_verified_tasks_and_check_finds_a_broken_
     );
     let grown = Suite::load(&out).expect("loads");
     assert_eq!(grown.tasks.len(), suite.tasks.len() + 1);
+    // The review pages are rewritten for the whole file: every task, the earlier ones marked so.
+    assert_eq!(m.earlier.len(), suite.tasks.len());
+    let review = std::fs::read_to_string(&m.review_md).expect("review");
+    for t in &grown.tasks {
+        assert!(
+            review.contains(&format!("**{}**", t.id)),
+            "{} missing from the review:\n{review}",
+            t.id
+        );
+    }
+    assert_eq!(
+        review.matches(", earlier)").count(),
+        suite.tasks.len(),
+        "{review}"
+    );
 }
 
 #[tokio::test]

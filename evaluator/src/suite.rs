@@ -111,7 +111,8 @@ pub struct Task {
     pub provenance: Option<Provenance>,
 }
 
-/// Where a task came from (`[task.provenance]` / `provenance = { ... }`): written by `tooltune suite draft`, kept
+/// Where a task came from (`[task.provenance]` / `provenance = { ... }`): written by `tooltune suite draft` and
+/// `tooltune suite from-traces`, kept
 /// through later edits. Every field is optional so that a person can trim it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -132,6 +133,15 @@ pub struct Provenance {
     /// `sha256:` and the hex digest of the last reference call's result text when the task was drafted, so
     /// `tooltune suite check` can say that a tool now answers differently.
     pub reference_sha256: Option<String>,
+    /// True when `tooltune suite from-traces` made the task from logged runs.
+    #[serde(default)]
+    pub from_traces: bool,
+    /// For a task made from logs: whether its reference call was run on the server when it was made (no server
+    /// given: `false`, the task is unverified until `tooltune suite check` runs it).
+    pub verified: Option<bool>,
+    /// For a task made from logs: the ids of the stored trajectories (successful runs) it was made from.
+    #[serde(default)]
+    pub trajectories: Vec<String>,
 }
 
 /// A check on one file of the rollout's copy of the fixture.

@@ -1,7 +1,7 @@
 //! Word-level diff of two descriptions as HTML: what a reflection removed in `<del>`, what it added in `<ins>`.
 
-use crate::escape::escape_html;
 use similar::{ChangeTag, TextDiff};
+use tooltune_core::text::escape_html;
 
 /// The word-level diff from `old` to `new` as HTML: unchanged text escaped as is, removed text in `<del>`, added
 /// text in `<ins>`. Every piece of text is HTML-escaped.

@@ -1,7 +1,7 @@
 //! A description as HTML with its inflation findings marked: promotional and assertive phrases, and scope claims,
 //! each in a `<mark>` that names the rule that caught it.
 
-use crate::escape::escape_html;
+use tooltune_core::text::escape_html;
 use tooltune_objectives::{FindingKind, InflationReport};
 
 /// `text` HTML-escaped, with each finding of `report` wrapped in `<mark class="promo">` (promotional and assertive
@@ -77,7 +77,7 @@ mod tests {
         assert!(html.contains("<mark class=\"scope\""), "{html}");
         // Taking the markup out gives back the text, escaped.
         let stripped = regex_free_strip(&html);
-        assert_eq!(stripped, crate::escape::escape_html(text));
+        assert_eq!(stripped, escape_html(text));
     }
 
     #[test]

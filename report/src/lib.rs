@@ -17,7 +17,6 @@
 //! SQL (it asks the store), MCP or models.
 
 pub mod diff;
-mod escape;
 pub mod highlight;
 mod model;
 mod render;
@@ -25,12 +24,14 @@ mod secrets;
 pub mod svg;
 pub mod verdict;
 
-pub use escape::escape_html;
+// The one HTML escape of the workspace is core's, shared with the drafted suites' review pages; re-exported
+// here for the report's callers and tests.
 pub use model::{
     CandidateRow, IterationPoint, ProposalRow, RunInput, RunReport, Settings, SideEffects, Step,
     ToolChange,
 };
 pub use render::fmt_p;
+pub use tooltune_core::text::escape_html;
 pub use verdict::{Outcome, Verdict};
 
 use serde::Serialize;

@@ -3,13 +3,13 @@
 //! then the minijinja templates in `report/templates/`.
 
 use crate::diff::word_diff_html;
-use crate::escape::escape_html;
 use crate::highlight::{inflation_html, kind_label};
 use crate::svg::{Chart, Point, Series, metric_chart};
 use crate::verdict::{Outcome, fmt_rate, objective_label, pct};
 use crate::{Report, RunReport, SideEffects, Step};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
+use tooltune_core::text::escape_html;
 use tooltune_objectives::{Metrics, Rate};
 use tooltune_run::{OriginKind, Status, TrialScore};
 

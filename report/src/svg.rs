@@ -2,8 +2,8 @@
 //! whisker for each value's 95% interval, axes with ticks and labels. Plain SVG with no script, so it renders in
 //! an HTML file opened from disk, in a page of the web service and in a screenshot alike.
 
-use crate::escape::escape_html;
 use std::fmt::Write as _;
+use tooltune_core::text::escape_html;
 
 /// One value of a series: a rate at `x` with its interval.
 #[derive(Debug, Clone, PartialEq)]

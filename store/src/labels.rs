@@ -301,7 +301,7 @@ impl Store {
 }
 
 /// The same derived table with no rows: figures that ignore labels run the same query over it.
-const NO_LABEL: &str =
+pub(crate) const NO_LABEL: &str =
     "(SELECT trajectory_id, success, source, feedback FROM trajectory_labels WHERE 1 = 0)";
 
 /// A failing trajectory and where its verdict came from.

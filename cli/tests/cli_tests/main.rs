@@ -12,6 +12,7 @@ mod label_cli;
 mod optimize_cli;
 mod postgres;
 mod proxy_cli;
+mod suite_cli;
 mod workers_cli;
 
 use std::path::Path;
