@@ -12,6 +12,7 @@
 //! cargo bench --bench metatool                          # every group (hours on two cores)
 //! cargo bench --bench metatool -- --group metatool-g01  # one group, in minutes
 //! cargo bench --bench metatool -- --groups 3 --max-screened 600 --best-of 4 --out target/metatool
+//! cargo bench --bench metatool -- --suite datasets/suites/catalog/helpdesk.toml   # any catalog suite
 //! ```
 //!
 //! Figures go to stdout as one table, and every command's JSON to `--out` (default `target/metatool`), so a table
@@ -25,6 +26,7 @@ use std::time::Instant;
 struct Opts {
     groups: Option<usize>,
     only: Vec<String>,
+    suites: Vec<PathBuf>,
     max_screened: u64,
     best_of: u32,
     out: PathBuf,
@@ -36,6 +38,7 @@ fn parse_args() -> Result<Opts, String> {
     let mut o = Opts {
         groups: None,
         only: Vec::new(),
+        suites: Vec::new(),
         max_screened: 600,
         best_of: 4,
         out: PathBuf::from("target/metatool"),
@@ -54,6 +57,8 @@ fn parse_args() -> Result<Opts, String> {
                 )
             }
             "--group" => o.only.push(value("--group")?),
+            // Any catalog suite instead of the MetaTool groups (the README's hand-written one, say).
+            "--suite" => o.suites.push(PathBuf::from(value("--suite")?)),
             "--max-screened" => {
                 o.max_screened = value("--max-screened")?
                     .parse()
@@ -106,6 +111,25 @@ fn tooltune(args: &[&str], data: &Path) -> Result<(Value, f64), String> {
     Ok((v, secs))
 }
 
+/// A step's JSON from an earlier run of the bench when it and the files it made are all there, else the step run
+/// now and its JSON saved: a bench stopped half-way goes on where it was (each step is minutes on two cores).
+fn cached(
+    record: &Path,
+    made: &[&Path],
+    run: impl FnOnce() -> Result<Value, String>,
+) -> Result<Value, String> {
+    if made.iter().all(|p| p.exists())
+        && let Some(v) = std::fs::read_to_string(record)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    {
+        return Ok(v);
+    }
+    let v = run()?;
+    save(record, &v)?;
+    Ok(v)
+}
+
 fn save(path: &Path, v: &Value) -> Result<(), String> {
     std::fs::write(path, serde_json::to_string_pretty(v).unwrap_or_default())
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -120,6 +144,12 @@ fn score(
     out: &Path,
     data: &Path,
 ) -> Result<Value, String> {
+    if let Some(v) = std::fs::read_to_string(out)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    {
+        return Ok(v);
+    }
     let suite_s = suite.display().to_string();
     let mut args = vec![
         "eval",
@@ -143,6 +173,28 @@ fn score(
     let (v, _) = tooltune(&args, data)?;
     save(out, &v)?;
     Ok(v)
+}
+
+/// `v` (an `eval --json` output) compared with the evaluation in `baseline` as `eval --against` would, without
+/// evaluating again; saved to `out`.
+fn against(v: &Value, baseline: &Path, out: &Path) -> Result<Value, String> {
+    use tooltune_evaluator::evaluate::SuiteResult;
+    let read = |v: &Value, what: &str| -> Result<SuiteResult, String> {
+        serde_json::from_value(v["result"].clone()).map_err(|e| format!("{what}: {e}"))
+    };
+    let text =
+        std::fs::read_to_string(baseline).map_err(|e| format!("{}: {e}", baseline.display()))?;
+    let base: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", baseline.display()))?;
+    let c = tooltune_evaluator::compare::compare(
+        &read(&base, &baseline.display().to_string())?,
+        &read(v, "candidate")?,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut out_v = v.clone();
+    out_v["comparison"] = serde_json::to_value(c).map_err(|e| e.to_string())?;
+    save(out, &out_v)?;
+    Ok(out_v)
 }
 
 fn routing(v: &Value) -> f64 {
@@ -216,18 +268,20 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
 
     // The baselines a user would try instead.
     let one = out.join("rewrite.json");
-    let (v, _) = tooltune(
-        &[
-            "rewrite",
-            "--suite",
-            &s,
-            "--export",
-            &one.display().to_string(),
-            "--json",
-        ],
-        &data,
-    )?;
-    save(&out.join("rewrite-made.json"), &v)?;
+    cached(&out.join("rewrite-made.json"), &[&one], || {
+        tooltune(
+            &[
+                "rewrite",
+                "--suite",
+                &s,
+                "--export",
+                &one.display().to_string(),
+                "--json",
+            ],
+            &data,
+        )
+        .map(|(v, _)| v)
+    })?;
     let one_eval = score(
         suite,
         Some(&one),
@@ -238,20 +292,22 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
     )?;
     let best = out.join("best-of.json");
     let k = o.best_of.to_string();
-    let (v, _) = tooltune(
-        &[
-            "rewrite",
-            "--suite",
-            &s,
-            "--best-of",
-            &k,
-            "--export",
-            &best.display().to_string(),
-            "--json",
-        ],
-        &data,
-    )?;
-    save(&out.join("best-of-made.json"), &v)?;
+    cached(&out.join("best-of-made.json"), &[&best], || {
+        tooltune(
+            &[
+                "rewrite",
+                "--suite",
+                &s,
+                "--best-of",
+                &k,
+                "--export",
+                &best.display().to_string(),
+                "--json",
+            ],
+            &data,
+        )
+        .map(|(v, _)| v)
+    })?;
     let best_eval = score(
         suite,
         Some(&best),
@@ -260,10 +316,11 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
         &out.join("best-of-eval.json"),
         &data,
     )?;
-    let (best_path, best_v) = if routing(&best_eval) >= routing(&one_eval) {
-        (&best, &best_eval)
+    // The best baseline on the held-out split: what the search is compared with last.
+    let best_path = if routing(&best_eval) >= routing(&one_eval) {
+        &best
     } else {
-        (&one, &one_eval)
+        &one
     };
     let best_baseline = out.join("best-baseline-eval.json");
     std::fs::copy(
@@ -295,8 +352,10 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
     for t in &tools {
         args.extend(["--tool", t.as_str()]);
     }
-    let (summary, optimize_s) = tooltune(&args, &data)?;
-    save(&out.join("routing-run.json"), &summary)?;
+    let summary = cached(&out.join("routing-run.json"), &[&win], || {
+        tooltune(&args, &data).map(|(v, _)| v)
+    })?;
+    let optimize_s = summary["wall_s"].as_f64().unwrap_or(f64::NAN);
     let screens = summary["spent"]["screened"].as_u64().unwrap_or(0);
     let w = score(
         suite,
@@ -306,14 +365,7 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
         &out.join("routing-eval.json"),
         &data,
     )?;
-    let w_best = score(
-        suite,
-        Some(&win),
-        Some(&best_baseline),
-        "local",
-        &out.join("routing-vs-best.json"),
-        &data,
-    )?;
+    let w_best = against(&w, &best_baseline, &out.join("routing-vs-best.json"))?;
 
     // Does third-party text inflate under the selection objective? One tool per group: the first.
     let selection = if o.skip_selection {
@@ -321,24 +373,26 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
     } else {
         let sel = out.join("selection-winner.json");
         let sel_s = sel.display().to_string();
-        let (sv, _) = tooltune(
-            &[
-                "optimize",
-                "--suite",
-                &s,
-                "--objective",
-                "selection",
-                "--tool",
-                &tools[0],
-                "--max-screened",
-                &budget,
-                "--export",
-                &sel_s,
-                "--json",
-            ],
-            &data,
-        )?;
-        save(&out.join("selection-run.json"), &sv)?;
+        cached(&out.join("selection-run.json"), &[&sel], || {
+            tooltune(
+                &[
+                    "optimize",
+                    "--suite",
+                    &s,
+                    "--objective",
+                    "selection",
+                    "--tool",
+                    &tools[0],
+                    "--max-screened",
+                    &budget,
+                    "--export",
+                    &sel_s,
+                    "--json",
+                ],
+                &data,
+            )
+            .map(|(v, _)| v)
+        })?;
         let e = score(
             suite,
             Some(&sel),
@@ -389,7 +443,6 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
             delta(&wf)
         )
     };
-    let _ = best_v;
     Ok(Row {
         group,
         published: routing(&p),
@@ -427,6 +480,20 @@ fn main() {
         }
     };
     suites.sort();
+    if !o.suites.is_empty() {
+        // cargo runs a bench in its package's folder: a relative path is tried there, then from the workspace root.
+        suites = o
+            .suites
+            .iter()
+            .map(|p| {
+                if p.exists() {
+                    p.clone()
+                } else {
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+                }
+            })
+            .collect();
+    }
     if !o.only.is_empty() {
         suites.retain(|p| {
             p.file_stem()
