@@ -356,7 +356,7 @@ fn run_group(suite: &Path, o: &Opts) -> Result<Row, String> {
         tooltune(&args, &data).map(|(v, _)| v)
     })?;
     let optimize_s = summary["wall_s"].as_f64().unwrap_or(f64::NAN);
-    let screens = summary["spent"]["screened"].as_u64().unwrap_or(0);
+    let screens = summary["screened"].as_u64().unwrap_or(0);
     let w = score(
         suite,
         Some(&win),

@@ -33,3 +33,14 @@ pub(crate) fn tooltune(db: &str, data_dir: &Path, args: &[&str]) -> Output {
         .output()
         .expect("run tooltune")
 }
+
+/// The JSON a successful command printed; a failure shows its stderr, output that is not JSON shows what it was.
+pub(crate) fn ok_json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "tooltune failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}

@@ -6,9 +6,10 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::ok_json as json;
 use crate::postgres::{Relay, drop_postgres, fresh_postgres};
 
 fn workspace() -> PathBuf {
@@ -44,16 +45,6 @@ fn optimize(db: &str, args: &[&str]) -> Command {
         .env("TOOLTUNE_BIN_DIR", bin_dir())
         .env_remove("TOOLTUNE_DATABASE_URL");
     c
-}
-
-fn json(o: &Output) -> Value {
-    assert!(
-        o.status.success(),
-        "tooltune failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
 
 /// A count from the database, 0 while the file or its tables do not exist yet (the run creates them).

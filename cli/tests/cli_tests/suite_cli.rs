@@ -3,8 +3,8 @@
 //! without a server (written unverified, and said so); and the bad inputs (an empty store, filters nothing
 //! matches, a server that does not start), each a clear message and no file.
 
+use crate::ok_json;
 use crate::tooltune;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use tooltune_evaluator::Suite;
@@ -45,16 +45,6 @@ fn server_args(bin: &Path) -> Vec<String> {
             .to_string(),
         "--with-list-files".into(),
     ]
-}
-
-fn ok_json(o: &Output) -> Value {
-    assert!(
-        o.status.success(),
-        "tooltune failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
 
 fn run(db: &str, dir: &Path, args: &[String]) -> Output {
