@@ -201,23 +201,7 @@ pub async fn draft(
     };
     finish::write_files(&file, &mut outcome)?;
     if outcome.kept.is_empty() {
-        return Err(DraftError::NothingKept {
-            reasons: outcome
-                .dropped_by_reason()
-                .iter()
-                .map(|(r, n)| format!("{n} {r}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            // A failure of verification says more than a line the parser refused.
-            first: outcome
-                .dropped
-                .iter()
-                .find(|d| !matches!(d.reason, DropReason::Duplicate | DropReason::Malformed))
-                .or(outcome.dropped.first())
-                .map(|d| format!("{}: {}", d.reason.key(), d.detail))
-                .unwrap_or_default(),
-            review: review_md,
-        });
+        return Err(outcome.nothing_kept(review_md));
     }
     Ok(outcome)
 }

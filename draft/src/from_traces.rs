@@ -304,20 +304,7 @@ pub async fn from_traces(
     };
     finish::write_files(&file, &mut outcome)?;
     if outcome.kept.is_empty() {
-        return Err(DraftError::NothingKept {
-            reasons: outcome
-                .dropped_by_reason()
-                .iter()
-                .map(|(r, n)| format!("{n} {r}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            first: outcome
-                .dropped
-                .first()
-                .map(|d| format!("{}: {}", d.reason.key(), d.detail))
-                .unwrap_or_default(),
-            review: review_md,
-        });
+        return Err(outcome.nothing_kept(review_md));
     }
     Ok(outcome)
 }

@@ -295,6 +295,28 @@ impl DraftOutcome {
         m
     }
 
+    /// The error of a run that kept no task: the drops counted by reason and the most telling one in full (a failure
+    /// of verification says more than a duplicate or a line the parser refused). Shared by `suite draft` and
+    /// `suite from-traces`.
+    pub fn nothing_kept(&self, review: PathBuf) -> crate::DraftError {
+        crate::DraftError::NothingKept {
+            reasons: self
+                .dropped_by_reason()
+                .iter()
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            first: self
+                .dropped
+                .iter()
+                .find(|d| !matches!(d.reason, DropReason::Duplicate | DropReason::Malformed))
+                .or(self.dropped.first())
+                .map(|d| format!("{}: {}", d.reason.key(), d.detail))
+                .unwrap_or_default(),
+            review,
+        }
+    }
+
     /// Kept tasks with an answer check.
     pub fn answer_checked(&self) -> usize {
         self.kept

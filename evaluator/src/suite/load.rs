@@ -314,14 +314,8 @@ impl Suite {
                     "give either [server] or the tools ([[tool]] entries or `tools = \"FILE.json\"`), not both",
                 ));
             }
-            (None, None) => {
-                return Err(ctx.err(
-                    None,
-                    "server",
-                    "missing: give [server] (the command that starts the MCP server, or its `url`), or declare \
-                     the tools for a catalog suite ([[tool]] entries or `tools = \"FILE.json\"`)",
-                ));
-            }
+            // Refused above, before tools_under_study is read, so that error comes first.
+            (None, None) => unreachable!("a suite with neither server nor tools is refused above"),
             (Some(s), None) => server_spec(&name, s, &dir, fixture.is_some(), ctx)?,
             (None, Some(tools)) => {
                 if raw.fixture.is_some() || raw.reset.is_some() {
