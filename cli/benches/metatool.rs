@@ -11,12 +11,14 @@
 //! ```sh
 //! cargo bench --bench metatool                          # every group (hours on two cores)
 //! cargo bench --bench metatool -- --group metatool-g01  # one group, in minutes
-//! cargo bench --bench metatool -- --groups 3 --max-screened 600 --best-of 4 --out target/metatool
+//! cargo bench --bench metatool -- --groups 3 --max-screened 600 --best-of 4 --out target/metatool   # defaults: 400, 3
 //! cargo bench --bench metatool -- --suite datasets/suites/catalog/helpdesk.toml   # any catalog suite
 //! ```
 //!
 //! Figures go to stdout as one table, and every command's JSON to `--out` (default `target/metatool`), so a table
-//! can be re-read and checked.
+//! can be re-read and checked. Every step is kept there and skipped when run again, so an interrupted bench resumes
+//! where it stopped. `TOOLTUNE_BENCH_BIN` runs a saved `tooltune` binary instead of the one cargo built: groups
+//! measured in several sittings then come from one build.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -39,8 +41,8 @@ fn parse_args() -> Result<Opts, String> {
         groups: None,
         only: Vec::new(),
         suites: Vec::new(),
-        max_screened: 600,
-        best_of: 4,
+        max_screened: 400,
+        best_of: 3,
         out: PathBuf::from("target/metatool"),
         skip_selection: false,
         skip_fast: false,
@@ -87,7 +89,12 @@ fn parse_args() -> Result<Opts, String> {
 /// Runs the tooltune binary; returns its stdout parsed as JSON, and the seconds it took.
 fn tooltune(args: &[&str], data: &Path) -> Result<(Value, f64), String> {
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tooltune"))
+    // TOOLTUNE_BENCH_BIN: a saved binary, so that groups measured across sessions (and builds) share one.
+    let bin = std::env::var_os("TOOLTUNE_BENCH_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_tooltune")),
+        PathBuf::from,
+    );
+    let out = Command::new(bin)
         .args(args)
         .env("TOOLTUNE_DATA_DIR", data)
         .output()

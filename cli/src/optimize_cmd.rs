@@ -271,6 +271,17 @@ pub fn print_summary(s: &RunSummary) {
         "run {}: objective {}, stopped by {}, {} rollouts, {} reflection tokens, {:.0} s",
         s.run_id, s.objective, s.stop_reason, s.spent.rollouts, s.spent.reflection_tokens, s.wall_s
     );
+    if let Some(share) = s.spent.usable_share() {
+        println!(
+            "proposals: {} usable of {} ({:.0}%), {} reflection s per usable proposal",
+            s.spent.proposals,
+            s.spent.proposals + s.spent.unusable_proposals,
+            100.0 * share,
+            s.spent
+                .seconds_per_usable_proposal()
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.1}")),
+        );
+    }
     println!("winner c{} — `{}`:", s.winner, s.target);
     if let Some(c) = s.candidates.iter().find(|c| c.id == s.winner)
         && let (Some(r), Some(t), Some(k)) = (

@@ -129,6 +129,9 @@ struct Seen {
     /// When the search stopped (the held-out comparison follows).
     search_s: Option<f64>,
     held_out_done: u64,
+    /// The reflector's replies seen by this process, and how many gave a description.
+    replies: u32,
+    usable: u32,
 }
 
 /// A progress display fed by the driver's events. `spent_before` is what a resumed run had already spent
@@ -165,6 +168,8 @@ pub fn printer(
         current: None,
         search_s: None,
         held_out_done: 0,
+        replies: 0,
+        usable: 0,
     });
     let spent_text = move |r: u64, s: u64| {
         let mut parts = vec![match budgets.rollouts {
@@ -282,16 +287,24 @@ pub fn printer(
                 description,
                 error,
                 ..
-            } => match description {
-                Some(d) => say(&b, format!("  proposed for `{tool}`: {}", one_line(d, 110))),
-                None => say(
-                    &b,
-                    format!(
-                        "  proposal for `{tool}` failed: {}",
-                        error.as_deref().unwrap_or("?")
+            } => {
+                seen.replies += 1;
+                seen.usable += u32::from(description.is_some());
+                let tally = format!("{} of {} usable", seen.usable, seen.replies);
+                match description {
+                    Some(d) => say(
+                        &b,
+                        format!("  proposed for `{tool}` ({tally}): {}", one_line(d, 100)),
                     ),
-                ),
-            },
+                    None => say(
+                        &b,
+                        format!(
+                            "  proposal for `{tool}` failed ({tally}): {}",
+                            error.as_deref().unwrap_or("?")
+                        ),
+                    ),
+                }
+            }
             Event::Stopped { reason } => {
                 seen.search_s = Some(started.elapsed().as_secs_f64());
                 status(

@@ -7,7 +7,7 @@
 //! taken alternately from each owner so both tools keep their share; default 40), `TOOLTUNE_BENCH_BATCH`
 //! (rollouts that advance together; default the evaluator's), `TOOLTUNE_BENCH_PARALLEL` (sequences the engine
 //! decodes in one batch; default the engine's), `TOOLTUNE_BENCH_MODES` (`selection,full`),
-//! `TOOLTUNE_BENCH_SUITE` (`contractor`, default, or `notes`: a Python server over a folder of notes that its
+//! `TOOLTUNE_BENCH_SUITE` (`contractor`, default, a suite file's path, or `notes`: a Python server over a folder of notes that its
 //! tools read and delete, with a fixture copied for every rollout), `TOOLTUNE_BENCH_FIXTURE` (`off`: the notes
 //! suite on one shared copy, for the overhead of fixtures side by side).
 
@@ -117,6 +117,8 @@ async fn main() {
             };
             common::notes_suite(scratch.path(), fixture, &tasks)
         }
+        // Any other value is a suite file (a catalog suite is measured in selection mode only).
+        Ok(path) if path != "contractor" => Suite::load(path).expect("suite loads"),
         _ => Suite::load(common::suites_dir().join("contractor.toml")).expect("suite loads"),
     };
     println!(

@@ -655,5 +655,6 @@ fn first_turn_request(host: &HostConfig, tools: &[ToolSpec], prompt: &str) -> Ch
         max_tokens: host.max_tokens,
         temperature: host.temperature,
         seed: host.seed,
+        format: None,
     }
 }

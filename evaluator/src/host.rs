@@ -222,6 +222,7 @@ pub async fn run_rollouts(
                     max_tokens: cfg.max_tokens,
                     temperature: cfg.temperature,
                     seed: cfg.seed,
+                    format: None,
                 }
             })
             .collect();

@@ -9,6 +9,7 @@
 pub mod config;
 mod error;
 pub mod fetch;
+mod format;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "openai")]
@@ -21,6 +22,7 @@ pub mod wire;
 pub use config::{BackendConfig, BackendSpec, Roles, build, build_roles};
 pub use error::LlmError;
 pub use fetch::{ModelChoice, default_models_dir, ensure_model, fetch_model, file_sha256};
+pub use format::{ReplyField, ReplyFormat};
 pub use secret::Secret;
 
 use async_trait::async_trait;
@@ -115,6 +117,10 @@ pub struct ChatRequest {
     /// Seed for sampling when `temperature > 0`.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The shape a text reply must take (requests without tools). The embedded model is held to it by a
+    /// grammar; remote endpoints read it from the prompt only (see [`ReplyFormat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<ReplyFormat>,
 }
 
 fn default_max_tokens() -> u32 {
@@ -131,6 +137,7 @@ impl ChatRequest {
             max_tokens: default_max_tokens(),
             temperature: 0.0,
             seed: None,
+            format: None,
         }
     }
 

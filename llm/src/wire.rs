@@ -350,6 +350,7 @@ pub fn request_from_wire(w: WireRequest) -> Result<ChatRequest, String> {
         max_tokens: w.max_completion_tokens.or(w.max_tokens).unwrap_or(512),
         temperature: w.temperature.unwrap_or(0.0),
         seed: w.seed,
+        format: None,
     })
 }
 

@@ -350,4 +350,24 @@ pub struct Spent {
     /// Proposals screened out before any rollout.
     #[serde(default)]
     pub screened_out: u32,
+    /// Replies of the reflector that gave no usable description: none after its retries, empty, unchanged, or
+    /// the same as another proposal of the reflection. With `proposals`, the usable share.
+    #[serde(default)]
+    pub unusable_proposals: u32,
+    /// Wall time from asking for proposals to having them (reflective examples, prompts and decoding), summed.
+    #[serde(default)]
+    pub reflection_ms: u64,
+}
+
+impl Spent {
+    /// The share of the reflector's replies that gave a usable description, once there was one.
+    pub fn usable_share(&self) -> Option<f64> {
+        let all = self.proposals + self.unusable_proposals;
+        (all > 0).then(|| f64::from(self.proposals) / f64::from(all))
+    }
+
+    /// Seconds of reflection per usable proposal, once there was one.
+    pub fn seconds_per_usable_proposal(&self) -> Option<f64> {
+        (self.proposals > 0).then(|| self.reflection_ms as f64 / 1000.0 / f64::from(self.proposals))
+    }
 }

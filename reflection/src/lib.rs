@@ -27,7 +27,7 @@ pub use parse::{ParseContext, ParsedReply, Rejection, parse_reply};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tooltune_core::Usage;
-use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message};
+use tooltune_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message, ReplyFormat};
 
 /// Version of the templates in `templates/`, stored with every proposal. Change it whenever a template
 /// changes (a unit test pins the templates' hash to it).
@@ -420,7 +420,12 @@ pub async fn reflect(
             messages.push(Message::user(message.clone()));
         }
         let mut chat = ChatRequest::text(messages);
-        chat.max_tokens = opts.max_tokens;
+        // The embedded model writes under the reply's format as a grammar (no missing DESCRIPTION line, no echoed
+        // placeholder); the description's line may run a quarter past the limit, where `trim_to_sentences` cuts
+        // it back to whole sentences rather than the grammar cutting it mid-word.
+        let format = reply_format(follow.is_some(), opts.max_description_chars);
+        chat.max_tokens = opts.max_tokens.max(format.max_tokens());
+        chat.format = Some(format);
         // A follow-up is a new question, not a repeat of one already answered: no need to sample.
         chat.temperature = if attempt == 1 || follow.is_some() {
             opts.temperature
@@ -444,8 +449,8 @@ pub async fn reflect(
         let reply = resp.content.unwrap_or_default();
         let truncated = resp.finish_reason == FinishReason::Length;
         let parsed = parse_reply(&reply, &ctx);
-        if parsed.diagnosis.is_some() {
-            proposal.diagnosis = parsed.diagnosis.clone();
+        if let Some(d) = &parsed.diagnosis {
+            proposal.diagnosis = Some(whole_sentences(d, DIAGNOSIS_MAX_CHARS as usize));
         }
         let (error, rejection) = match &parsed.description {
             Ok(d) => {
@@ -490,6 +495,40 @@ pub async fn reflect(
     }
     Ok(proposal)
 }
+
+/// The format of a reflection reply: `DIAGNOSIS` then `DESCRIPTION`, or the description alone when it answers
+/// the follow-up that asks only for it.
+pub(crate) fn reply_format(description_only: bool, max_description_chars: usize) -> ReplyFormat {
+    let description =
+        u32::try_from(max_description_chars + max_description_chars / 4).unwrap_or(u32::MAX);
+    if description_only {
+        ReplyFormat::labelled(&[("DESCRIPTION", description)])
+    } else {
+        ReplyFormat::labelled(&[
+            ("DIAGNOSIS", DIAGNOSIS_MAX_CHARS),
+            ("DESCRIPTION", description),
+        ])
+    }
+}
+
+/// A diagnosis the grammar cut at its limit, back to its last whole sentence (or marked as cut when it has none):
+/// it is read in reports, where a sentence broken mid-word reads as a fault.
+fn whole_sentences(d: &str, limit: usize) -> String {
+    if d.chars().count() + 1 < limit {
+        return d.to_string();
+    }
+    match d
+        .rfind(". ")
+        .map(|i| i + 1)
+        .or_else(|| d.ends_with('.').then_some(d.len()))
+    {
+        Some(end) if end > 0 => d[..end].to_string(),
+        _ => format!("{}…", d.trim_end()),
+    }
+}
+
+/// The longest diagnosis the grammar lets the embedded reflector write: the prompts ask for one or two sentences.
+const DIAGNOSIS_MAX_CHARS: u32 = 300;
 
 #[cfg(test)]
 mod tests {
@@ -635,10 +674,14 @@ mod tests {
         assert_eq!(p.model, "fake:scripted");
         let seen = m.seen.lock().expect("lock");
         assert_eq!(seen[0].messages.len(), 2, "system and user");
+        // The reply's format goes with the request, and the token limit leaves room for it whole.
+        let format = reply_format(false, 400);
         assert_eq!(
             (seen[0].temperature, seen[0].seed, seen[0].max_tokens),
-            (0.0, Some(1), 180)
+            (0.0, Some(1), format.max_tokens())
         );
+        assert!(format.max_tokens() > 180);
+        assert_eq!(seen[0].format.as_ref(), Some(&format));
     }
 
     #[tokio::test]
@@ -730,9 +773,24 @@ mod tests {
         );
         assert!(matches!(&seen[1].messages[3], Message::User { content } if content == follow_up));
         assert_eq!(seen[1].temperature, 0.0);
+        // The follow-up asks for the description alone, and its format says so.
+        assert_eq!(seen[1].format, Some(reply_format(true, 400)));
+        assert_eq!(seen[1].format.as_ref().map(|f| f.fields.len()), Some(1));
         let back: Proposal =
             serde_json::from_str(&serde_json::to_string(&p).expect("serialises")).expect("parses");
         assert_eq!(back, p);
+    }
+
+    #[test]
+    fn a_diagnosis_cut_at_the_limit_keeps_its_whole_sentences() {
+        assert_eq!(whole_sentences("Short. Fine", 300), "Short. Fine");
+        let cut = format!(
+            "The agent chose web_search. It then{}",
+            " went on".repeat(40)
+        );
+        assert_eq!(whole_sentences(&cut, 300), "The agent chose web_search.");
+        let one = "word ".repeat(70);
+        assert!(whole_sentences(one.trim(), 300).ends_with("word…"));
     }
 
     #[tokio::test]

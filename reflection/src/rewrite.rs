@@ -135,7 +135,10 @@ pub async fn rewrite_all(
                     Message::system(system.clone()),
                     Message::user(user.clone()),
                 ]);
-                chat.max_tokens = opts.max_tokens;
+                // One DESCRIPTION line, held to by the embedded model's grammar (see `reflect`).
+                let format = crate::reply_format(true, opts.max_description_chars);
+                chat.max_tokens = opts.max_tokens.max(format.max_tokens());
+                chat.format = Some(format);
                 chat.temperature = if attempt == 1 {
                     opts.temperature
                 } else {

@@ -245,6 +245,9 @@ pub struct RunReport {
     pub rollouts: u64,
     /// Reflection tokens spent, when known.
     pub reflection_tokens: Option<u64>,
+    /// Usable proposals, all of the reflector's replies counted, and reflection seconds per usable proposal,
+    /// when the run's summary has them (runs stored before it counted unusable replies show none).
+    pub proposal_yield: Option<(u32, u32, Option<f64>)>,
     /// Every validation evaluation in order: the charts.
     pub series: Vec<IterationPoint>,
     /// The seed, the winner's lineage and every accepted candidate, in order of creation.
@@ -553,6 +556,16 @@ impl RunReport {
                 .as_ref()
                 .map(|s| s.spent.reflection_tokens)
                 .or_else(|| search.as_ref().map(Checkpoint::reflection_tokens)),
+            proposal_yield: summary
+                .as_ref()
+                .filter(|s| s.spent.unusable_proposals > 0 || s.spent.reflection_ms > 0)
+                .map(|s| {
+                    (
+                        s.spent.proposals,
+                        s.spent.proposals + s.spent.unusable_proposals,
+                        s.spent.seconds_per_usable_proposal(),
+                    )
+                }),
             series,
             steps,
             candidates: candidate_rows,

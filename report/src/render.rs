@@ -575,6 +575,16 @@ fn run_view(r: &RunReport, common_x: u64) -> RunView {
     if let Some(t) = r.reflection_tokens {
         fact("reflection tokens", t.to_string());
     }
+    if let Some((usable, all, per)) = r.proposal_yield {
+        fact(
+            "usable proposals",
+            format!(
+                "{usable} of {all}{}",
+                per.map(|s| format!(", {s:.1} reflection s each"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
     fact("wall time", format!("{:.0} s", r.elapsed_s));
     if let Some(s) = &r.stop_reason {
         fact("stopped because", s.clone());

@@ -401,8 +401,12 @@ fn worker(db: &str) -> std::process::Child {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_kill_matches_a_single_process_run()
  {
+    // Where the test's time goes, printed with `--nocapture` (it is the longest of the suite).
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1} s] {what}", t0.elapsed().as_secs_f64());
     let (a_db, a) = reference();
     let _ = a_db;
+    phase("the single-process reference is ready");
     let (db, admin, name) = fresh_postgres().await;
 
     // Ctrl-C while no worker takes the jobs: the driver waits for workers; once it has sent its first jobs,
@@ -430,6 +434,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
         assert!(first.try_wait().expect("poll").is_none(), "the run ended");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    phase("the driver queued its first jobs; Ctrl-C");
     let status = Command::new("kill")
         .args(["-INT", &first.id().to_string()])
         .status()
@@ -469,6 +474,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
     // Workers come and the run is resumed. Worker 2 reaches the store through a relay the test breaks: first the
     // network goes silent (packets dropped, sockets left open), then, once the worker has noticed, the link drops
     // outright. The others connect directly.
+    phase("the run stopped; resuming on workers");
     let relay = Relay::start(&db).await;
     // Their event lines come to one channel, tagged with the worker's index.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Value)>();
@@ -519,6 +525,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
             {
                 relay.restore();
                 restored_at = Some(Instant::now());
+                phase("worker 2's network restored");
             }
             continue;
         };
@@ -526,6 +533,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
             (2, Some("taken")) if cut_at.is_none() => {
                 relay.freeze();
                 cut_at = Some(Instant::now());
+                phase("worker 2 took jobs; its network frozen, workers 0 and 1 start");
                 workers[0] = spawn(0, &db);
                 workers[1] = spawn(1, &db);
             }
@@ -537,12 +545,14 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
                 );
                 noticed = true;
                 relay.cut();
+                phase("worker 2 noticed the silence; its link cut");
             }
             (0 | 1, Some("taken")) if killed.is_none() => {
                 let mut w = workers[i].take().expect("worker alive");
                 w.kill().expect("SIGKILL");
                 w.wait().expect("reaped");
                 killed = Some(i);
+                phase("a worker killed as it took its first jobs");
             }
             _ => {}
         }
@@ -551,6 +561,7 @@ async fn optimize_on_workers_through_ctrl_c_resume_a_silent_network_a_cut_and_a_
     let killed = killed.expect("a worker was killed");
     let restored_at = restored_at.expect("the network came back");
     let out = run.wait_with_output().expect("the resumed run");
+    phase("the resumed run ended");
     // The cut-off worker survived the freeze and the cut: it is still running, and told of the store's return.
     let cut_off = workers[2].as_mut().expect("worker 2");
     assert!(

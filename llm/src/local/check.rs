@@ -427,6 +427,7 @@ fn probe_request(p: &Probe) -> ChatRequest {
         max_tokens: 64,
         temperature: 0.0,
         seed: None,
+        format: None,
     }
 }
 

@@ -209,3 +209,44 @@ async fn fast_model_mechanics_required_text_and_batches() {
         .expect_err("no candidates");
     assert!(e.to_string().contains("candidate"), "{e}");
 }
+
+#[tokio::test]
+async fn fast_model_writes_a_formatted_reply_under_its_grammar() {
+    use tooltune_llm::ReplyFormat;
+    let m = load(ModelChoice::Fast).await;
+    // Asked in words for a format the 0.5B does not follow unaided (it answers in prose), held to it by the grammar.
+    let mut req = ChatRequest::text(vec![Message::user(
+        "Tell me about the weather tool in a few words.",
+    )]);
+    req.format = Some(ReplyFormat::labelled(&[
+        ("DIAGNOSIS", 80),
+        ("DESCRIPTION", 120),
+    ]));
+    req.max_tokens = req.format.as_ref().map_or(128, ReplyFormat::max_tokens);
+    let r = m.chat(&req).await.expect("chat");
+    let text = r.content.expect("text");
+    eprintln!("{text:?} ({:?})", r.finish_reason);
+    assert!(in_format(&text), "not in the format: {text:?}");
+    let lines: Vec<&str> = text.trim_end_matches('\n').split('\n').collect();
+    assert!(
+        lines[0].chars().count() <= "DIAGNOSIS: ".len() + 80,
+        "{text:?}"
+    );
+    assert!(
+        lines[1].chars().count() <= "DESCRIPTION: ".len() + 120,
+        "{text:?}"
+    );
+}
+
+/// `DIAGNOSIS: x` then `DESCRIPTION: y`, one line each, an optional final newline and nothing else.
+fn in_format(text: &str) -> bool {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    let lines: Vec<&str> = body.split('\n').collect();
+    lines.len() == 2
+        && lines[0]
+            .strip_prefix("DIAGNOSIS: ")
+            .is_some_and(|t| !t.trim().is_empty())
+        && lines[1]
+            .strip_prefix("DESCRIPTION: ")
+            .is_some_and(|t| !t.trim().is_empty())
+}

@@ -14,6 +14,8 @@ impl Search {
             return Err(OptimizerError::NothingPending);
         }
         self.check(&obs.outcome)?;
+        // The action was issued right after the last observation: the time since is this action's.
+        let since = obs.elapsed_ms.saturating_sub(self.spent.elapsed_ms);
         self.spent.elapsed_ms = self.spent.elapsed_ms.max(obs.elapsed_ms);
         self.stop_requested |= obs.stop_requested;
         match &obs.outcome {
@@ -32,7 +34,10 @@ impl Search {
             }
             | Outcome::ProposedMany {
                 reflection_tokens, ..
-            } => self.spent.reflection_tokens += reflection_tokens,
+            } => {
+                self.spent.reflection_tokens += reflection_tokens;
+                self.spent.reflection_ms += since;
+            }
         }
         self.issued = false;
         let phase = std::mem::replace(&mut self.phase, Phase::Idle);
@@ -231,6 +236,7 @@ impl Search {
                 usable.push((for_tool, description, diagnosis));
             }
         }
+        self.spent.unusable_proposals += refused.len() as u32;
         let screening = self.config.screening.clone();
         if screening.is_none() {
             usable.truncate(1);

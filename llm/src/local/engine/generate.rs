@@ -41,7 +41,10 @@ struct SeqState {
 /// A request turned into tokens.
 struct Prepared {
     tokens: Vec<LlamaToken>,
+    /// The tool-call grammar, applied once a call starts.
     grammar: Option<String>,
+    /// The grammar of a text reply's format, applied from the first token.
+    text_grammar: Option<String>,
     required: bool,
     /// Tools are in the prompt but must not be called: the tool-call token is banned.
     forbid_calls: bool,
@@ -81,6 +84,11 @@ impl<'m> Engine<'m> {
             }
             _ => Some(self.grammar_for(&req.tools)?),
         };
+        let text_grammar = req
+            .format
+            .as_ref()
+            .filter(|_| !use_tools)
+            .map(crate::ReplyFormat::grammar);
         let tokens = self.tokenize(&text, true);
         if tokens.len() + 1 > self.n_ctx {
             return Err(LlmError::ContextOverflow {
@@ -91,6 +99,7 @@ impl<'m> Engine<'m> {
         Ok(Prepared {
             tokens,
             grammar,
+            text_grammar,
             required,
             forbid_calls: !req.tools.is_empty() && !use_tools,
             max_tokens: req.max_tokens.max(1),
@@ -266,7 +275,7 @@ impl<'m> Engine<'m> {
             let g = if p.required {
                 p.grammar.as_deref()
             } else {
-                None
+                p.text_grammar.as_deref()
             };
             states.push(SeqState {
                 seq,

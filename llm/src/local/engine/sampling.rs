@@ -78,7 +78,7 @@ impl<'m> Engine<'m> {
         let grammar = match grammar {
             Some(g) => Some(
                 LlamaSampler::grammar(self.model, g, "root")
-                    .map_err(|e| self.err(format!("compiling the tool-call grammar: {e}")))?,
+                    .map_err(|e| self.err(format!("compiling a grammar: {e}")))?,
             ),
             None => None,
         };
