@@ -498,7 +498,7 @@ pub async fn reflect(
 
 /// The format of a reflection reply: `DIAGNOSIS` then `DESCRIPTION`, or the description alone when it answers
 /// the follow-up that asks only for it.
-pub(crate) fn reply_format(description_only: bool, max_description_chars: usize) -> ReplyFormat {
+pub fn reply_format(description_only: bool, max_description_chars: usize) -> ReplyFormat {
     let description =
         u32::try_from(max_description_chars + max_description_chars / 4).unwrap_or(u32::MAX);
     if description_only {
