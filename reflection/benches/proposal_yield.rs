@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Each line of the file is a stored proposal or a list of them (a reflection of k proposals); prompts that
-//! repeat (the sampled proposals of one reflection share theirs) are replayed once. The parser is given the
+//! repeat (the sampled proposals of one reflection share theirs) are replayed once; `--limit N` keeps N spread
+//! evenly over the file. The parser is given the
 //! tool's current description as the prompt states it, and no echo markers (the prompt's data are not stored):
 //! echoes of the runs' data go undetected in both arms alike.
 
@@ -65,7 +66,17 @@ fn prompts(path: &str, limit: usize) -> Vec<Prompt> {
             });
         }
     }
-    out.truncate(limit);
+    // Spread over the whole file (its reflections come run after run), evenly and deterministically.
+    if limit < out.len() {
+        let n = out.len();
+        let keep: std::collections::BTreeSet<usize> = (0..limit).map(|i| i * n / limit).collect();
+        out = out
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep.contains(i))
+            .map(|(_, p)| p)
+            .collect();
+    }
     out
 }
 
