@@ -44,14 +44,8 @@ impl ReplyFormat {
     /// start of a `<placeholder>` echoed from the prompt) or a guillemet (the prompts' data delimiters), and holds
     /// no newline or guillemet. A final newline may end the reply; nothing else may follow.
     pub fn grammar(&self) -> String {
-        let mut g = String::from("root ::=");
-        for (i, _) in self.fields.iter().enumerate() {
-            if i > 0 {
-                g.push_str(" \"\\n\"");
-            }
-            g.push_str(&format!(" f{i}"));
-        }
-        g.push_str(" \"\\n\"?\n");
+        let lines: Vec<String> = (0..self.fields.len()).map(|i| format!("f{i}")).collect();
+        let mut g = format!("root ::= {} \"\\n\"?\n", lines.join(" \"\\n\" "));
         g.push_str("first ::= [^\\n\\t «»<]\n");
         g.push_str("rest ::= [^\\n«»]\n");
         for (i, f) in self.fields.iter().enumerate() {

@@ -511,20 +511,14 @@ pub fn reply_format(description_only: bool, max_description_chars: usize) -> Rep
     }
 }
 
-/// A diagnosis the grammar cut at its limit, back to its last whole sentence (or marked as cut when it has none):
-/// it is read in reports, where a sentence broken mid-word reads as a fault.
+/// A diagnosis the grammar cut at its limit, back to its whole sentences the way an overlong description is
+/// (`trim_to_sentences`), or marked as cut when that would lose too much: it is read in reports, where a sentence
+/// broken mid-word reads as a fault.
 fn whole_sentences(d: &str, limit: usize) -> String {
     if d.chars().count() + 1 < limit {
         return d.to_string();
     }
-    match d
-        .rfind(". ")
-        .map(|i| i + 1)
-        .or_else(|| d.ends_with('.').then_some(d.len()))
-    {
-        Some(end) if end > 0 => d[..end].to_string(),
-        _ => format!("{}…", d.trim_end()),
-    }
+    parse::trim_to_sentences(d, limit).unwrap_or_else(|| format!("{}…", d.trim_end()))
 }
 
 /// The longest diagnosis the grammar lets the embedded reflector write: the prompts ask for one or two sentences.
@@ -784,11 +778,12 @@ mod tests {
     #[test]
     fn a_diagnosis_cut_at_the_limit_keeps_its_whole_sentences() {
         assert_eq!(whole_sentences("Short. Fine", 300), "Short. Fine");
-        let cut = format!(
-            "The agent chose web_search. It then{}",
-            " went on".repeat(40)
+        let first = format!(
+            "The agent chose web_search{}.",
+            " again and again".repeat(10)
         );
-        assert_eq!(whole_sentences(&cut, 300), "The agent chose web_search.");
+        let cut = format!("{first} It then{}", " went on".repeat(40));
+        assert_eq!(whole_sentences(&cut, 300), first);
         let one = "word ".repeat(70);
         assert!(whole_sentences(one.trim(), 300).ends_with("word…"));
     }

@@ -18,6 +18,7 @@ mod tests;
 
 pub use rejection::Rejection;
 
+pub(crate) use check::trim_to_sentences;
 use check::{check, salvage};
 use clean::{clean_description, collapse, strip_decoration};
 use regex::Regex;

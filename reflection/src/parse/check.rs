@@ -163,7 +163,7 @@ pub(super) fn check(d: String, ctx: &ParseContext<'_>) -> Result<String, Rejecti
 /// (issue 25), most often while listing the kinds of questions a tool is for, and a retry costs a decode round as
 /// long as the first; the sentences that fit are a description in their own right, and the screen judges it like
 /// any other. A reply with no sentence end in that window (one run-on sentence) is still rejected.
-pub(super) fn trim_to_sentences(d: &str, max: usize) -> Option<String> {
+pub(crate) fn trim_to_sentences(d: &str, max: usize) -> Option<String> {
     let mut end = None;
     for (n, (i, c)) in d.char_indices().enumerate() {
         if n >= max {
